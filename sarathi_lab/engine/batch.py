@@ -1,5 +1,5 @@
-"""What a scheduler decides for one iteration: which requests run and how many tokens each, no
-tensors. Prefill chunks come first, then one token for each decode, the Sarathi layout."""
+"""A scheduler's decision for one iteration, no tensors: prefill chunks first, then one token per
+decode (the Sarathi layout)."""
 from __future__ import annotations
 
 import functools
@@ -10,13 +10,11 @@ from sarathi_lab.engine.sequence import Sequence
 
 @dataclass(frozen=True)
 class ScheduledChunk:
-    """``num_tokens`` of ``seq``'s tokens from ``start``, fixed when the chunk is made (scheduled):
-    what the request does later (update() caches the tokens and appends the sampled one) changes
-    nothing here, as a vLLM v1 SchedulerOutput."""
+    """Fixed when scheduled, as a vLLM v1 SchedulerOutput: the request's later updates change
+    nothing here."""
     seq: Sequence
     num_tokens: int
     start: int = field(init=False)
-    # Whether this chunk reaches the request's last token, so that a new token is sampled.
     samples: bool = field(init=False)
 
     def __post_init__(self):
@@ -25,26 +23,23 @@ class ScheduledChunk:
 
     @classmethod
     def fixed(cls, seq: Sequence, start: int, num_tokens: int, samples: bool) -> ScheduledChunk:
-        """The chunk as it was when its batch was frozen (the request may have moved on since)."""
         chunk = object.__new__(cls)
-        chunk.__dict__.update(seq=seq, num_tokens=num_tokens, start=start, samples=samples)  # frozen: no setattr
+        # Frozen: no setattr.
+        chunk.__dict__.update(seq=seq, num_tokens=num_tokens, start=start, samples=samples)
         return chunk
 
     @property
     def context_len(self) -> int:
-        """Tokens of the request that attention reads once this chunk's keys are cached."""
         return self.start + self.num_tokens
 
 
 @dataclass
 class ScheduledBatch:
-    """Filled while a scheduler composes it, then a snapshot (``freeze``): its chunks, the requests
-    it samples and the keys/values it reads are fixed from then on."""
     prefills: list[ScheduledChunk] = field(default_factory=list)
     decodes: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
-    # The snapshot (freeze); None until taken.
-    _sampled: tuple[Sequence, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _sampled: tuple[Sequence, ...] | None = field(default=None, init=False, repr=False,
+                                                  compare=False)
     _decode_contexts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
     @property
@@ -61,41 +56,33 @@ class ScheduledBatch:
         return self.num_prefill_tokens + self.num_decode_tokens
 
     def freeze(self) -> ScheduledBatch:
-        """The snapshot, taken when the scheduler returns the batch (a batch built by hand: when
-        first read); returns the batch. A decode (one token left, its newest) always samples. Decodes
-        are fixed as plain values, each one's context with its token, not a ScheduledChunk each, as
-        vLLM v1's flat per-request lists (``chunks`` builds theirs when asked); plain attributes, not
-        cached properties, since every iteration reads them several times."""
+        """Decodes kept as plain values (vLLM v1's flat lists): read several times an iteration."""
         if self._sampled is None:
             self._decode_contexts = tuple([s.num_computed + 1 for s in self.decodes])
-            self._sampled = ((*(c.seq for c in self.prefills if c.samples), *self.decodes) if self.prefills
-                             else tuple(self.decodes))
+            self._sampled = ((*(c.seq for c in self.prefills if c.samples), *self.decodes)
+                             if self.prefills else tuple(self.decodes))
         return self
 
     @property
     def decode_contexts(self) -> tuple[int, ...]:
-        """Each decode's context once its token is cached, in batch order."""
         if self._sampled is None:  # read several times an iteration: freeze is called only once
             self.freeze()
         return self._decode_contexts
 
     @property
     def sampled(self) -> tuple[Sequence, ...]:
-        """Requests that get a new token from this iteration, in batch order."""
         sampled = self._sampled
         return sampled if sampled is not None else self.freeze()._sampled
 
     @functools.cached_property
     def chunks(self) -> tuple[ScheduledChunk, ...]:
-        """Prefill chunks, then one token of each decode: the order of the forward pass's rows."""
         contexts = self.decode_contexts
         n = len(contexts)
-        return (*self.prefills, *map(ScheduledChunk.fixed, self.decodes, [x - 1 for x in contexts], [1] * n,
-                                     [True] * n))
+        return (*self.prefills, *map(ScheduledChunk.fixed, self.decodes, [x - 1 for x in contexts],
+                                     [1] * n, [True] * n))
 
     @property
     def kv_tokens_read(self) -> int:
-        """Cached keys/values attention reads per layer: every request reads its whole context."""
         prefills = sum([c.context_len for c in self.prefills]) if self.prefills else 0
         return prefills + sum(self.decode_contexts)
 

@@ -1,26 +1,22 @@
-"""Fixed-size KV-cache blocks handed out to requests on demand, taken back when they finish or are
-preempted. A new request is admitted only while ``watermark_blocks`` stay free after its blocks, as
-vLLM's and sarathi-serve's can_allocate decide, so that the running requests' growth does not
-preempt one of them at the next step; that growth itself may take the last block."""
+"""KV-cache blocks handed out on demand. A request is admitted only while ``watermark_blocks`` stay
+free after its blocks (vLLM's can_allocate), so running requests' growth, which may take the last
+block, does not preempt one at the next step."""
 from __future__ import annotations
 
 from sarathi_lab.engine.sequence import Sequence
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
-    """The blocks ``tokens`` keys and values take: the last one partly filled."""
     return -(-tokens // block_size)
 
 
 def watermark_blocks(watermark: float, num_blocks: int) -> int:
-    """The blocks admission leaves free: int(watermark * num_blocks), as vLLM counts them."""
     return int(watermark * num_blocks)
 
 
 def blocks_beside_watermark(blocks: int, watermark: float) -> int:
-    """The fewest blocks of a cache that admits requests taking ``blocks`` with its watermark left free."""
-    # total - int(watermark * total) < total * (1 - watermark) + 1: none below (blocks - 1) / (1 - watermark)
-    # serves (the 1 below it is for the division's rounding).
+    # total - int(watermark * total) < total * (1 - watermark) + 1: none below
+    # (blocks - 1) / (1 - watermark) serves (the 1 below it is for the division's rounding).
     total = max(blocks, int((blocks - 1) / (1 - watermark)) - 1)
     while total - watermark_blocks(watermark, total) < blocks:
         total += 1
@@ -32,9 +28,8 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.watermark_blocks = watermark_blocks(watermark, num_blocks)
-        # Given-back blocks, popped from the end: recently freed (cache-warm) blocks are reused first;
-        # then those never handed out, from _fresh up, in order. Nothing is built per block, so a
-        # manager of millions of blocks (a simulated GPU's cache) costs nothing to make.
+        # Freed blocks are reused first, cache-warm; then never-used ones from _fresh up. Nothing
+        # per block: millions of blocks (a simulated GPU's cache) cost nothing to make.
         self._freed: list[int] = []
         self._fresh = 0
 
@@ -48,12 +43,10 @@ class BlockManager:
 
     @property
     def admissible_blocks(self) -> int:
-        """The most blocks one request can be admitted with, into an empty cache."""
         return self.num_blocks - self.watermark_blocks
 
     @property
     def admissible_tokens(self) -> int:
-        """The most tokens one request can be admitted with, into an empty cache."""
         return self.admissible_blocks * self.block_size
 
     def can_fit(self, seq: Sequence, num_new_tokens: int) -> bool:
@@ -75,8 +68,6 @@ class BlockManager:
         self._fresh += fresh
 
     def append_block(self, seq: Sequence) -> None:
-        """One more block for ``seq`` (a decode starting one), where one is free: allocate(seq, 1)'s
-        block, without its counting."""
         if self._freed:
             seq.block_table.append(self._freed.pop())
         else:

@@ -1,7 +1,5 @@
-"""The client of a serving run: it sends each request at its arrival time, holds requests back
-while ``max_concurrency`` are in the system (as a client with that many connections, vLLM's bench
-serve), and moves the engine until every request is done. One home for the cap rule, whichever
-engine serves: ours (LLMEngine) or vLLM's (harness/vllm_engine.py)."""
+"""A serving run's client (vLLM's bench serve): the one home of the ``max_concurrency`` rule,
+whichever engine serves."""
 from __future__ import annotations
 
 import gc
@@ -14,7 +12,6 @@ from sarathi_lab.engine.sequence import Sequence
 
 
 class Served(Protocol):
-    """What the client drives: seconds since the call began, and a wait until such a time."""
     def add_request(self, seq: Sequence) -> None: ...
     def advance(self) -> tuple[bool, IterationRecord | None]: ...
     def has_work(self) -> bool: ...
@@ -27,19 +24,17 @@ class Served(Protocol):
 def serve(engine: Served, seqs: list[Sequence],
           on_iteration: Callable[[IterationRecord], None] | None = None,
           max_concurrency: int | None = None) -> None:
-    """Serve ``seqs`` to completion, each from its arrival time; whatever stops the run, no request
-    stays behind. A request due at the cap is sent, and arrives, when one finishes."""
+    """Whatever stops the run, no request stays behind; one due at the cap arrives when one
+    finishes."""
     pending = sorted(seqs, key=lambda s: s.priority)
-    # What exists now (the model, the requests and their tokens) outlives the run: the cyclic
-    # collector need not walk it again at every full collection while the loop allocates (vLLM
-    # freezes its startup heap for the same reason). Thawed after, so nothing stays exempt.
+    # What exists now outlives the run: the collector need not walk it at every full collection
+    # (vLLM freezes its startup heap too). Thawed after, so nothing stays exempt.
     gc.freeze()
     try:
         next_arrival = 0
-        # Requests join only between steps, and none leaves during one, so a capped client's send
-        # times follow from the count at the last check: a request due by then was held back there,
-        # and one due during the step was sent on time only while the requests in the system, plus
-        # those sent on time before it, stayed under the cap; the others are sent, and arrive, now.
+        # Requests join and leave only between steps, so a capped client's send times follow from
+        # the last check's count: one due during the step was on time only while the system plus
+        # those on time before it stayed under the cap; the others arrive now.
         last_check, in_step = -math.inf, 0
         while next_arrival < len(pending) or engine.has_work():
             now = engine.elapsed()

@@ -1,6 +1,5 @@
-"""The engine's clock: every time the engine records is a difference of two ``now()`` readings. A
-simulated run's virtual clock moves only by the executor's predicted times and the waits for
-arrivals, so a simulated run is exact and repeatable."""
+"""Every time the engine records is a difference of two ``now()`` readings; a virtual clock moves
+only by predicted times and arrival waits, so a simulated run is exact and repeatable."""
 from __future__ import annotations
 
 import time
@@ -33,8 +32,7 @@ class WallClock(Clock):
 
 
 class CPUClock(Clock):
-    """This process's CPU seconds plus the waits for arrivals: with one compute thread, the engine's
-    time as if it had its core to itself, on a machine whose cores other jobs share."""
+    """CPU seconds plus arrival waits: with one thread, the time as if it had its core alone."""
 
     def __init__(self) -> None:
         self._waited = 0.0

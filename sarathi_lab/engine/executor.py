@@ -1,5 +1,4 @@
-"""The seam between the engine loop and what runs a batch: the real model, or a simulator. Nothing
-outside an executor may assume a real model exists."""
+"""The seam to what runs a batch: nothing outside an executor may assume a real model."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -10,9 +9,8 @@ from sarathi_lab.engine.sequence import SamplingParams
 
 
 class StepOutput(NamedTuple):
-    """A tuple: immutable, as a frozen dataclass, and cheaper to make, as one is every iteration."""
+    """A tuple: immutable, and cheaper than a frozen dataclass to make every iteration."""
     tokens: list[int]  # tokens[i] is the new token of batch.sampled[i]
-    # Seconds on the engine's clock: tensors built, forward pass (device time), sampling.
     prepare_s: float
     forward_s: float
     sample_s: float
@@ -20,32 +18,29 @@ class StepOutput(NamedTuple):
 
 class Executor(ABC):
     def start(self, sampling: SamplingParams) -> None:
-        """A new generate call begins: sample with these parameters (nothing to do for an executor whose
-        tokens they do not change: a simulator's are fixed)."""
+        """A new generate call's parameters (a simulator's tokens are fixed: nothing to do)."""
 
     @abstractmethod
     def execute(self, batch: ScheduledBatch) -> StepOutput:
-        """Run one iteration. Reads the requests' state, never changes it (the scheduler does)."""
+        """Reads the requests' state, never changes it (the scheduler does)."""
 
 
 class PipelineExecutor(Executor):
-    """An executor whose batches pass through pipeline stages: up to ``depth`` micro-batches are
-    submitted before the oldest one's tokens are collected, so that every stage has one to run. The
-    engine holds a submitted batch's requests out of scheduling until its tokens are collected."""
+    """The engine holds a submitted batch's requests out of scheduling until collected."""
 
     depth: int
 
     @abstractmethod
     def submit(self, batch: ScheduledBatch) -> None:
-        """Send ``batch`` into the pipeline; returns once the first stage may take the next one."""
+        """Returns once the first stage may take the next batch."""
 
     @abstractmethod
     def collect(self) -> StepOutput:
-        """The tokens of the oldest batch submitted and not collected yet (waiting for them)."""
+        """The oldest uncollected batch's tokens (waiting for them)."""
 
     @abstractmethod
     def drain(self) -> None:
-        """Wait for every batch in flight and drop their tokens (a run that stops early)."""
+        """Wait for every batch in flight, dropping their tokens (a run stopping early)."""
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         self.submit(batch)

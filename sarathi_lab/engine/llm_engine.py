@@ -1,6 +1,4 @@
-"""The iteration loop: arrivals -> scheduler -> executor -> scheduler update -> metrics. With a
-pipeline executor, several micro-batches are in flight: each one is submitted as soon as the pipeline
-has room, and updated when its tokens are collected."""
+"""The iteration loop: arrivals -> scheduler -> executor -> update -> metrics."""
 from __future__ import annotations
 
 import contextlib
@@ -26,13 +24,11 @@ class LLMEngine:
         self.metrics = Metrics()
         self._records: dict[int, RequestRecord] = {}
         self._t0 = clock.now()
-        # The micro-batches in the pipeline, oldest first, each with its start (seconds since start())
-        # and scheduling time; None: one batch at a time (no pipeline, or one stage).
+        # (batch, start, schedule_s), oldest first; None: one batch at a time.
         self._in_flight: deque[tuple[ScheduledBatch, float, float]] | None = (
             deque() if isinstance(executor, PipelineExecutor) and executor.depth > 1 else None)
 
     def start(self, metrics: Metrics, sampling: SamplingParams) -> None:
-        """Open a measurement window: records go to ``metrics``, times count from now."""
         self.metrics, self._records = metrics, {}
         self.executor.start(sampling)
         self._t0 = self.clock.now()
@@ -41,14 +37,13 @@ class LLMEngine:
         return self.clock.now() - self._t0
 
     def add_request(self, seq: Sequence) -> None:
-        record = RequestRecord(seq.seq_id, seq.prompt_len, seq.arrival,
-                               queue_at_arrival=sum(s.num_computed == 0 for s in self.scheduler.waiting))
+        queued = sum(s.num_computed == 0 for s in self.scheduler.waiting)
+        record = RequestRecord(seq.seq_id, seq.prompt_len, seq.arrival, queue_at_arrival=queued)
         self._records[seq.seq_id] = record
         self.metrics.requests.append(record)
         self.scheduler.add(seq)
 
     def step(self) -> IterationRecord | None:
-        """One iteration; None when the scheduler has nothing it can run now."""
         clock = self.clock
         start = clock.now()
         batch = self.scheduler.schedule()
@@ -59,10 +54,7 @@ class LLMEngine:
         return self.finish(batch, out, start - self._t0, scheduled - start)
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
-        """One move of the loop: whether anything ran, and the iteration that finished if one did. In a
-        pipeline a move submits a micro-batch while there is room and the scheduler has one to give
-        (from the requests not in flight), else collects the oldest one's tokens, as Sarathi-Serve's and
-        vLLM's pipelines do."""
+        """A pipeline submits while it has room, else collects the oldest (as vLLM's does)."""
         in_flight, scheduler = self._in_flight, self.scheduler
         if in_flight is None:
             record = self.step() if scheduler.has_work() else None
@@ -86,15 +78,13 @@ class LLMEngine:
 
     def finish(self, batch: ScheduledBatch, out: StepOutput, t_start: float,
                schedule_s: float) -> IterationRecord:
-        """A step's bookkeeping once its batch ran: the scheduler's update and the records of an
-        iteration from ``t_start`` (seconds since start()) to now."""
         blocks = self.scheduler.blocks
-        kv_blocks_used = blocks.num_blocks - blocks.num_free  # before the finished requests free theirs
+        # Before the finished requests free theirs.
+        kv_blocks_used = blocks.num_blocks - blocks.num_free
         finished = self.scheduler.update(batch, out.tokens)
         t_end = self.elapsed()
         records = self._records
-        # A request is first scheduled with a prefill chunk: a decode's prefill ran in an earlier
-        # batch, which set it.
+        # First scheduled with a prefill chunk: a decode's prefill ran earlier and set it.
         for chunk in batch.prefills:
             rec = records[chunk.seq.seq_id]
             if rec.first_scheduled is None:
@@ -105,7 +95,7 @@ class LLMEngine:
             if not times:
                 rec.first_token = t_end
             times.append(t_end)
-            rec.output_len = len(times)  # the request's tokens generated: one time each
+            rec.output_len = len(times)
         for seq in batch.preempted:
             records[seq.seq_id].num_preemptions += 1
         for seq in finished:
@@ -120,15 +110,14 @@ class LLMEngine:
             prefill_request_ids=tuple([c.seq.seq_id for c in batch.prefills]),
             prefill_chunk_tokens=tuple([c.num_tokens for c in batch.prefills]),
             decode_request_ids=tuple(map(_SEQ_ID, batch.decodes)),
-            preempted_request_ids=tuple(map(_SEQ_ID, batch.preempted)), num_kv_blocks_used=kv_blocks_used)
+            preempted_request_ids=tuple(map(_SEQ_ID, batch.preempted)),
+            num_kv_blocks_used=kv_blocks_used)
         self.metrics.iterations.append(record)
         return record
 
     def run(self, seqs: list[Sequence], metrics: Metrics, sampling: SamplingParams,
             on_iteration: Callable[[IterationRecord], None] | None = None,
             max_concurrency: int | None = None) -> None:
-        """Serve ``seqs`` to completion, each from its arrival time (seconds after the call starts),
-        by the client's rules (engine/client.py); records go into ``metrics`` as they happen."""
         self.start(metrics, sampling)
         metrics.num_submitted += len(seqs)
         serve(self, seqs, on_iteration, max_concurrency)
@@ -148,10 +137,8 @@ class LLMEngine:
         self.clock.sleep_until(due)
 
     def abandon(self) -> None:
-        """Whatever stopped a run: no request stays behind, and the pipeline is left empty."""
         if self._in_flight:
-            # The ranks finish what they hold, so that the next run starts on an empty pipeline; a
-            # failed executor drops it (the error that stopped the run is the one raised).
+            # The next run starts on an empty pipeline; a failed executor's error is the one raised.
             with contextlib.suppress(Exception):
                 self.executor.drain()
             self._in_flight.clear()

@@ -1,5 +1,4 @@
-"""What the engine records about itself, and the latency/throughput figures derived from it. Times
-are seconds on the engine's clock since the start of the ``generate`` call that produced them."""
+"""The engine's records and figures; times are seconds since the ``generate`` call began."""
 from __future__ import annotations
 
 import math
@@ -19,22 +18,18 @@ class IterationRecord:
     num_decode_tokens: int
     num_prefill_requests: int
     num_decode_requests: int
-    # Cached key/value tokens attention read, per layer (each request reads its whole context).
     kv_tokens_read: int
     num_preempted: int
-    # Where the duration went: the forward pass (device time) is the device's work, the rest overhead.
+    # forward_time is the device's work (device time); the rest is overhead.
     schedule_time: float
     prepare_time: float
     forward_time: float
     sample_time: float
-    # Who the iteration held, so that a request's lifecycle (each chunk, each decode, a preemption)
-    # can be drawn from the tables alone: each prefill chunk's request and tokens, in batch order,
-    # the decoding requests, and those the scheduler preempted while composing it.
     prefill_request_ids: tuple[int, ...] = ()
     prefill_chunk_tokens: tuple[int, ...] = ()
     decode_request_ids: tuple[int, ...] = ()
     preempted_request_ids: tuple[int, ...] = ()
-    # KV-cache blocks held while the batch ran (its own included; before its finished requests give theirs back).
+    # Before its finished requests give theirs back.
     num_kv_blocks_used: int = 0
 
     @property
@@ -47,29 +42,24 @@ class IterationRecord:
 
 
 def overhead_fraction(outside_s, forward_s):
-    """The share of an iteration's (or a run's) time outside the model's forward pass, scalars or
-    columns alike: what the overhead target (profiling.overhead.TARGET) judges."""
     return outside_s / (outside_s + forward_s)
 
 
 def iteration_kinds(num_prefill_tokens, num_decode_tokens) -> np.ndarray:
-    """Each iteration's kind from its token counts (arrays or columns of iteration rows): "prefill"
-    (prefill chunks only), "decode" (decodes only) or "hybrid" (a chunk with decodes riding on it)."""
     prefill, decode = np.asarray(num_prefill_tokens) > 0, np.asarray(num_decode_tokens) > 0
     return np.select([prefill & decode, prefill], ["hybrid", "prefill"], "decode")
 
 
-# An iteration this many times the median of its kind in the same run is a stall (a kernel compiled
-# for a new shape, the host descheduled), not the cost of its work: a run's iterations of one kind
-# differ by a few times at most.
+# This many times its kind's median is a stall (a kernel compiled, the host descheduled), not its
+# work's cost: a run's iterations of one kind differ by a few times at most.
 STALL = 5.0
 
 
 def stalled(seconds, kinds) -> np.ndarray:
-    """Which iterations (columns of their times and kinds) took over ``STALL`` times their kind's median."""
     seconds, kinds = np.asarray(seconds, dtype=float), np.asarray(kinds)
     medians = {kind: np.median(seconds[kinds == kind]) for kind in np.unique(kinds)}
-    return seconds > STALL * np.array([medians[k] for k in kinds], dtype=float).reshape(seconds.shape)
+    return seconds > STALL * np.array([medians[k] for k in kinds],
+                                      dtype=float).reshape(seconds.shape)
 
 
 @dataclass(slots=True)
@@ -82,8 +72,6 @@ class RequestRecord:
     first_token: float | None = None
     finish: float | None = None
     num_preemptions: int = 0
-    # Requests already waiting (arrived, never scheduled or preempted) when this one arrived: in an
-    # overloaded system this grows with every arrival, in a stable one it does not.
     queue_at_arrival: int = 0
     token_times: list[float] = field(default_factory=list)
 
@@ -101,12 +89,10 @@ class RequestRecord:
 
     @property
     def tpot(self) -> float:
-        """Time per output token after the first: (e2e - TTFT) / (output - 1); NaN for one token."""
-        return (self.finish - self.first_token) / (self.output_len - 1) if self.output_len > 1 else float("nan")
+        return ((self.finish - self.first_token) / (self.output_len - 1) if self.output_len > 1
+                else float("nan"))
 
     def meets(self, slo: SLO, gaps: np.ndarray | None = None) -> bool:
-        """Whether this finished request met every per-request target ``slo`` sets; ``gaps``: its
-        token_times' differences, where the caller has them (token_gaps)."""
         checks = [(slo.ttft_s, self.ttft), (slo.tpot_s, self.tpot), (slo.e2e_s, self.e2e)]
         # A one-token request has no TPOT or TBT, so it cannot miss those targets.
         if not all(limit is None or math.isnan(value) or value <= limit for limit, value in checks):
@@ -114,16 +100,13 @@ class RequestRecord:
         if slo.tbt_p99_s is None or self.output_len <= 1:
             return True
         gaps = np.diff(self.token_times) if gaps is None else gaps
-        # The P99 lies between the least and the greatest gap: within the target when the greatest is
-        # (the percentile, a sort, is most of a summary's time over thousands of requests).
-        return bool(gaps.max() <= slo.tbt_p99_s) or float(np.percentile(gaps, 99)) <= slo.tbt_p99_s
+        # Within the target when the greatest gap is: the percentile's sort is costly.
+        return (bool(gaps.max() <= slo.tbt_p99_s)
+                or float(np.percentile(gaps, 99)) <= slo.tbt_p99_s)
 
 
 @dataclass(frozen=True)
 class SLO:
-    """Latency targets (seconds; None: not set). A request that meets every per-request one (TTFT,
-    TPOT, end-to-end, its own P99 TBT) counts towards goodput; Sarathi-Serve's capacity also holds
-    the system's P99 TBT and median scheduling delay (``sched_delay_p50_s``) to theirs."""
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
@@ -132,13 +115,10 @@ class SLO:
 
 
 def token_gaps(requests: list[RequestRecord]) -> list[np.ndarray]:
-    """Each request's gaps between consecutive tokens (its ITLs), as views of one array: one
-    conversion of every token time rather than one per request, which a summary of thousands of
-    requests spent most of its time in."""
     lengths = [len(r.token_times) for r in requests]
     flat = np.fromiter(chain.from_iterable(r.token_times for r in requests), float, sum(lengths))
     diffs, gaps, start = np.diff(flat), [], 0
-    for n in lengths:  # a request's gaps end where the next one's first token starts
+    for n in lengths:
         gaps.append(diffs[start:start + max(n - 1, 0)])
         start += n
     return gaps
@@ -151,15 +131,13 @@ def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, f
     return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, found)}
 
 
-# The least-squares growth of the waiting queue over the arrival window that marks a run whose
-# arrivals outpaced its service: at least this many requests, and this share of all of them.
+# Queue growth over the arrivals that marks arrivals outpacing service: this many, and this share.
 SATURATION_MIN_GROWTH = 4
 SATURATION_MIN_SHARE = 0.1
 
 
 def queue_growth(requests: list[RequestRecord]) -> float:
-    """Least-squares growth of the waiting queue (requests) over the arrival window; 0 when all
-    arrive at once. A stable system's queue comes and goes; an overloaded one's grows linearly."""
+    """A stable queue comes and goes; an overloaded one grows linearly over the arrivals."""
     t = np.array([r.arrival for r in requests], dtype=float)
     if len(t) < 3 or t.max() <= t.min():
         return 0.0
@@ -170,34 +148,24 @@ def queue_growth(requests: list[RequestRecord]) -> float:
 class Metrics:
     iterations: list[IterationRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
-    # The requests handed to the run(s) recorded here. A request is recorded when it arrives, so a
-    # run stopped early (an SLO trial's verdict, a signal) has no record of those yet to arrive.
+    # Requests are recorded on arrival: a run stopped early has none of those yet to arrive.
     num_submitted: int = 0
-    # A tensor- or pipeline-parallel engine's driver, per iteration: the host seconds of packing the
-    # batch and broadcasting it to the other ranks (part of prepare_time), and the bytes it sent.
+    # A parallel driver's host seconds and bytes sending each batch (part of prepare_time).
     broadcast_s: list[float] = field(default_factory=list)
     broadcast_bytes: list[int] = field(default_factory=list)
 
     def keep_broadcasts(self, sends_s: list[float], sizes: list[int]) -> None:
-        """The driver's sends of this window's iterations: the last of its lifetime's, one per iteration
-        (those before were earlier calls' and the warm-up's)."""
         n = len(self.iterations)
         self.broadcast_s = list(sends_s[max(len(sends_s) - n, 0):]) if n else []
         self.broadcast_bytes = list(sizes[max(len(sizes) - n, 0):]) if n else []
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
-        """Throughputs over the makespan (first arrival to last finish, or end of the last iteration if
-        stopped early) count the tokens the iterations computed, as SARATHI's do: a recomputed prefill
-        counts again, a first token is no decode token (vLLM's output throughput is ``generated_tokens``
-        over the makespan). ``saturated``: the queue grew through the arrival window, so latencies
-        (over the finished requests) describe how long this run was, not a steady state."""
+        """Throughputs count computed tokens, as SARATHI's do (a recomputed prefill again)."""
         reqs = [r for r in self.requests if r.finish is not None]
         its = self.iterations
-        # The token counts include the work on requests a stopped run never finished: its rates are
-        # over the whole window it measured, not up to its last finish.
         end = max([r.finish for r in reqs] + [i.start + i.duration for i in its[-1:]], default=0.0)
         makespan = end - min((r.arrival for r in self.requests), default=0.0)
-        # map over attrgetter, not a generator: a run can have hundreds of thousands of iterations.
+        # map over attrgetter, not a generator: hundreds of thousands of iterations.
         total = (lambda name: sum(map(operator.attrgetter(name), its)))
         prefill, decode = total("num_prefill_tokens"), total("num_decode_tokens")
         busy, forward = total("duration"), total("forward_time")
@@ -209,57 +177,59 @@ class Metrics:
             "num_iterations": len(its),
             "makespan_s": makespan,
             "busy_time_s": busy,
-            "overhead_fraction": overhead_fraction(busy - forward, forward) if busy > 0 else float("nan"),
+            "overhead_fraction": (overhead_fraction(busy - forward, forward) if busy > 0
+                                  else float("nan")),
             "prefill_tokens": prefill,
             "decode_tokens": decode,
             "generated_tokens": sum(r.output_len for r in reqs),
             "kv_tokens_read": total("kv_tokens_read"),
             "num_preemptions": total("num_preempted"),
-            "preemptions_per_request": sum(r.num_preemptions for r in reqs) / len(reqs) if reqs else float("nan"),
+            "preemptions_per_request": (sum(r.num_preemptions for r in reqs) / len(reqs) if reqs
+                                        else float("nan")),
             "prefill_throughput_tok_s": rate(prefill),
             "decode_throughput_tok_s": rate(decode),
             "total_throughput_tok_s": rate(prefill + decode),
             "request_throughput_rps": rate(len(reqs)),
             "queue_growth_requests": growth,
-            "saturated": float(growth >= max(SATURATION_MIN_GROWTH, SATURATION_MIN_SHARE * len(self.requests))),
+            "saturated": float(growth >= max(SATURATION_MIN_GROWTH,
+                                             SATURATION_MIN_SHARE * len(self.requests))),
         }
         out |= _pcts("ttft", [r.ttft for r in reqs])
-        # vLLM's inter-token latency: the papers' time between tokens (TBT).
         gaps = token_gaps(reqs)
         out |= _pcts("itl", np.concatenate(gaps) if reqs else [])
         out |= _pcts("e2el", [r.e2e for r in reqs])
         out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None])
         out |= _pcts("tpot", [r.tpot for r in reqs])
-        out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs], unit="_s_per_token")
+        out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs],
+                     unit="_s_per_token")
         if self.broadcast_s:
-            # What the driver's broadcast costs the engine: per iteration, and its share of the busy time.
             out |= _pcts("broadcast", np.asarray(self.broadcast_s) * 1e3, unit="_ms")
             out |= {"broadcast_p50_bytes": float(np.median(self.broadcast_bytes)),
-                    "broadcast_fraction": sum(self.broadcast_s) / busy if busy > 0 else float("nan")}
+                    "broadcast_fraction": (sum(self.broadcast_s) / busy if busy > 0
+                                           else float("nan"))}
         if slo is not None:
             met = sum(r.meets(slo, g) for r, g in zip(reqs, gaps))
-            out |= {"goodput_rps": rate(met), "slo_attainment": met / len(reqs) if reqs else float("nan")}
+            out |= {"goodput_rps": rate(met),
+                    "slo_attainment": met / len(reqs) if reqs else float("nan")}
         return out
 
     def iteration_columns(self) -> dict[str, np.ndarray]:
-        """iterations.parquet by column, named with units ({} without iterations, as a table of no
-        rows has no columns): arrays of each field's type, filled straight from the records, since a
-        capacity search's trial has hundreds of thousands of them."""
+        """Filled straight from the records: a capacity trial has hundreds of thousands."""
         its = self.iterations
-        return {ITERATION_COLUMNS.get(name, name): np.fromiter(map(operator.attrgetter(name), its), dtype, len(its))
+        return {ITERATION_COLUMNS.get(name, name):
+                np.fromiter(map(operator.attrgetter(name), its), dtype, len(its))
                 for name, dtype in _ITERATION_DTYPES.items()} if its else {}
 
     def iteration_rows(self) -> list[dict]:
-        """The same table one row per iteration, of Python numbers."""
         columns = self.iteration_columns()
-        return [dict(zip(columns, values)) for values in zip(*(c.tolist() for c in columns.values()))]
+        return [dict(zip(columns, values))
+                for values in zip(*(c.tolist() for c in columns.values()))]
 
     def request_rows(self) -> list[dict]:
-        """requests.parquet: one row per request, columns named with units (vLLM's words)."""
         rows = []
         for r in self.requests:
             row = {REQUEST_COLUMNS.get(k, k): getattr(r, k) for k in _REQUEST_FIELDS}
-            row["token_times_s"] = list(r.token_times)  # the row's own, as the record's may grow
+            row["token_times_s"] = list(r.token_times)  # a copy: the record's may grow
             done = r.finish is not None
             row |= {"sched_delay_s": r.sched_delay if r.first_scheduled is not None else None,
                     "ttft_s": r.ttft if r.first_token is not None else None,
@@ -268,16 +238,17 @@ class Metrics:
         return rows
 
 
-# The records' fields as the tables name them: every time in seconds says so, every length in tokens.
 ITERATION_COLUMNS = {"start": "start_s", "duration": "duration_s", "schedule_time": "schedule_s",
-                     "prepare_time": "prepare_s", "forward_time": "forward_s", "sample_time": "sample_s"}
-REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens", "arrival": "arrival_s",
-                   "first_scheduled": "first_scheduled_s", "first_token": "first_token_s", "finish": "finish_s",
+                     "prepare_time": "prepare_s", "forward_time": "forward_s",
+                     "sample_time": "sample_s"}
+REQUEST_COLUMNS = {"prompt_len": "prompt_tokens", "output_len": "output_tokens",
+                   "arrival": "arrival_s", "first_scheduled": "first_scheduled_s",
+                   "first_token": "first_token_s", "finish": "finish_s",
                    "token_times": "token_times_s"}
 
-# Field names in order: the records have slots, no __dict__ (a long run holds many of them).
+# The records have slots, no __dict__: a long run holds many.
 _REQUEST_FIELDS = tuple(f.name for f in fields(RequestRecord))
-# The request ids and chunk sizes are tuples, a list column (object) in memory and in parquet.
+# Tuples of ids and chunk sizes are list columns (object).
 _ITERATION_DTYPES = {f.name: {"int": np.int64, "float": np.float64}.get(f.type, object)
                      for f in fields(IterationRecord)} | {"num_tokens": np.int64}
 

@@ -1,4 +1,4 @@
-"""A request's state as the engine moves it through waiting, running and finished."""
+"""A request's state."""
 from __future__ import annotations
 
 import enum
@@ -15,9 +15,7 @@ class Status(enum.Enum):
 
 @dataclass
 class SamplingParams:
-    """Greedy when ``temperature`` is 0; otherwise temperature and nucleus (top-p) sampling, seeded:
-    a request's token at each position is a function of the seed, the request's index in its call
-    and its logits, whatever the scheduler or the batch. ``seed`` None is 0, so that runs repeat."""
+    """A token depends on seed, request index and logits, never the batch; None seeds 0."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -26,11 +24,13 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        for key in ("temperature", "top_p", "seed"):  # numpy's numbers, as the engine's settings take them
+        for key in ("temperature", "top_p", "seed"):
             object.__setattr__(self, key, as_python_number(getattr(self, key)))
         # Written so that NaN fails too: every comparison with NaN is False.
-        if not (isinstance(self.temperature, (int, float)) and 0 <= self.temperature < float("inf")):
-            raise ValueError(f"temperature={self.temperature!r} is invalid: must be a finite number >= 0")
+        if not (isinstance(self.temperature, (int, float))
+                and 0 <= self.temperature < float("inf")):
+            raise ValueError(f"temperature={self.temperature!r} is invalid: must be a finite "
+                             f"number >= 0")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p={self.top_p!r} is invalid: must be in (0, 1]")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
@@ -40,10 +40,7 @@ class SamplingParams:
 
 @dataclass(eq=False, slots=True)
 class Sequence:
-    """Tokens are prompt + generated; the first ``num_computed`` of them have keys/values in the cache.
-    Prefill and decode are one mechanism: a step computes some uncomputed tokens, and one that reaches
-    the last samples a new token (a decode: exactly one uncomputed). Preemption sets ``num_computed``
-    back to 0: prompt and output so far are recomputed as one longer prefill."""
+    """Prefill and decode are one mechanism; preemption recomputes all as one prefill."""
 
     seq_id: int
     prompt: list[int]
@@ -54,10 +51,8 @@ class Sequence:
     num_computed: int = 0
     status: Status = Status.WAITING
     block_table: list[int] = field(default_factory=list)
-    # Keys its sampled tokens' random draws (model/sampler.py) beside the call's seed: its index in the
-    # generate call that submitted it, so that the same call repeats its tokens on any engine.
+    # Its index in its generate call, keying its draws: the call repeats its tokens on any engine.
     sample_key: int = 0
-    # The prompt never changes: its length is read as a plain attribute every iteration.
     prompt_len: int = field(init=False)
 
     def __post_init__(self):
@@ -66,8 +61,6 @@ class Sequence:
 
     @property
     def priority(self) -> tuple[float, int]:
-        """First come, first served: the earlier arrival runs first and is preempted last. Ids break
-        ties only; they need not follow arrival (a trace's rows, a caller's ``arrival_times``)."""
         return self.arrival, self.seq_id
 
     @property
@@ -80,9 +73,7 @@ class Sequence:
 
 
 def split_prefilling(seqs: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
-    """(decoding, prefilling) of ``seqs``, each in its order: a request is prefilling while more than its
-    one newest token waits to be computed (prompt or recompute), or it has generated nothing yet. One
-    pass, no property call per request: the schedulers ask it of every running request every iteration."""
+    """One pass, no property call per request: asked of every request every iteration."""
     decoding, prefilling = [], []
     for seq in seqs:
         n = len(seq.tokens)
@@ -91,8 +82,6 @@ def split_prefilling(seqs: list[Sequence]) -> tuple[list[Sequence], list[Sequenc
 
 
 def append_tokens(seqs: tuple[Sequence, ...], tokens: list[int]) -> list[Sequence]:
-    """Appends each request's sampled token; returns those now done, in order: max_new_tokens
-    generated, or the EOS token sampled (where the request stops at one)."""
     done = []
     for seq, token in zip(seqs, tokens):
         held = seq.tokens

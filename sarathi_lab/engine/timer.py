@@ -1,6 +1,5 @@
-"""The one timer of every measurement, beside the clock it reads so that the model's load-time probes
-use it too. ``cpu`` counts this process's CPU time: with one thread, the time the work takes on a
-core of its own, the way to compare numbers on a machine that other jobs share."""
+"""The one timer of every measurement (the model's load-time probes too). ``cpu`` counts process
+CPU time: with one thread, comparable on a machine other jobs share."""
 from __future__ import annotations
 
 import statistics
@@ -13,12 +12,10 @@ from sarathi_lab.config import check_choice
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 
 CLOCKS = ("wall", "cpu")
-# The GPU sleeps this many cycles (about half a millisecond) ahead of each round, so that the host
-# enqueues the round's calls before the GPU reaches them: the events then time the kernels, not the
-# host's launches (a decode's kernel takes microseconds, a Python launch tens of them).
+# The GPU sleeps ahead of each round so the host enqueues its calls first: events then time the
+# kernels, not the launches (a decode's kernel takes microseconds, a Python launch tens of them).
 ROUND_SLEEP_CYCLES = 1_000_000
-# What the L2 flush reads: several times the largest L2 (50-60 MB on Hopper), so that no line of the
-# timed call's inputs survives it.
+# Several times the largest L2, so no line of the timed call's inputs survives the flush.
 FLUSH_BYTES = 256 << 20
 
 
@@ -31,8 +28,6 @@ def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
 
 def time_calls(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1,
                before: Callable[[], object] | None = None) -> list[float]:
-    """Seconds of each of ``reps`` calls of ``fn()``, after ``warmup`` untimed ones; ``before``
-    runs untimed ahead of every timed call (e.g. to flush a cache)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -51,13 +46,12 @@ def median_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int =
 
 
 def best_time(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 1) -> float:
-    """The fastest call: for ceilings, what the hardware can do."""
     return min(time_calls(fn, reps, clock, warmup))
 
 
-def interleaved(calls: dict[str, Callable[[], object]], reps: int, *clocks: Clock) -> dict[str, np.ndarray]:
-    """Each call's seconds on each clock, [reps, len(clocks)], over ``reps`` rounds of every call once,
-    each round starting one call later, so that drifts of the host's speed fall on every call alike."""
+def interleaved(calls: dict[str, Callable[[], object]], reps: int,
+                *clocks: Clock) -> dict[str, np.ndarray]:
+    """Each round starts one call later: host speed drifts fall on every call alike."""
     names, times = list(calls), {name: [] for name in calls}
     for r in range(reps):
         for name in names[r % len(names):] + names[: r % len(names)]:
@@ -68,10 +62,7 @@ def interleaved(calls: dict[str, Callable[[], object]], reps: int, *clocks: Cloc
 
 
 def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
-    """On CUDA, a function that evicts the L2 cache by reading a buffer larger than it, as the other
-    layers of a real model would between two calls of one layer; None on the CPU, whose caches a
-    timing loop cannot usefully empty. Reading, not writing: a write leaves dirty lines whose
-    write-back would land in the next (timed) kernel."""
+    """Reading, not writing: dirty lines' write-back would land in the timed kernel."""
     device = torch.device(device)
     if device.type != "cuda":
         return None
@@ -79,22 +70,18 @@ def l2_flush(device: torch.device | str) -> Callable[[], object] | None:
 
 
 def reading_flush(buffer: torch.Tensor) -> Callable[[], object]:
-    """A reduction of ``buffer`` into one element: every line of it read, nothing written but the
-    element."""
     flat, out = buffer.view(-1), torch.empty((), dtype=buffer.dtype, device=buffer.device)
     return lambda: torch.sum(flat, dim=0, out=out)
 
 
 def time_interleaved(calls: dict[str, Callable[[], object]], reps: int, device: torch.device,
                      warmup: int) -> dict[str, list[float]]:
-    """Milliseconds of each call in each of ``reps`` rounds, each round every call once (starting one
-    call later each round): on a GPU by CUDA events, each after an L2 flush; on a CPU ``interleaved``'s
-    rounds on the wall clock."""
     for fn in calls.values():
         for _ in range(warmup):
             fn()
     if device.type != "cuda":
-        return {name: (t[:, 0] * 1e3).tolist() for name, t in interleaved(calls, reps, WallClock()).items()}
+        return {name: (t[:, 0] * 1e3).tolist()
+                for name, t in interleaved(calls, reps, WallClock()).items()}
     names, flush = list(calls), l2_flush(device)
     pending: dict[str, list] = {name: [] for name in names}
     for r in range(reps):

@@ -1,6 +1,5 @@
-"""The model: its config (configs.py, presets.py) is imported with the package; the decoder and what
-builds it are imported on first use, so that a run that never builds one (the simulator) loads none
-of them."""
+"""The model: configs import with the package; the decoder and its builder on first use, so a run
+that builds none (the simulator) loads neither."""
 from __future__ import annotations
 
 import importlib
@@ -10,7 +9,8 @@ from sarathi_lab.model.configs import SUPPORTED_ARCHITECTURES, ModelLoadError, l
 from sarathi_lab.model.presets import PRESETS
 
 _ON_USE = {"CausalLM": "sarathi_lab.model.decoder", "build_model": "sarathi_lab.model.loader"}
-__all__ = ["PRESETS", "SUPPORTED_ARCHITECTURES", "CausalLM", "ModelLoadError", "build_model", "load_config"]
+__all__ = ["PRESETS", "SUPPORTED_ARCHITECTURES", "CausalLM", "ModelLoadError", "build_model",
+           "load_config"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,5 @@
-"""Every running request's block table as a row of one persistent array, as vLLM v1's BlockTable
-keeps them: an iteration writes only the blocks added since the request last ran. A row is its
-request's until ``BlockManager.free`` replaces ``seq.block_table``; then it is zeroed and reused."""
+"""Block tables as rows of one persistent array (vLLM v1's BlockTable): only new blocks are
+written; a row is reused once ``BlockManager.free`` replaces ``seq.block_table``."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,14 +11,12 @@ class BlockTables:
     def __init__(self, rows: int = 64, width: int = 64):
         # Past each request's blocks a row holds zeros: the padding the attention metadata promises.
         self.table = np.zeros((rows, width), dtype=np.int32)
-        # By the request's id(): its row, the list its blocks were read from, how many of them the
-        # row holds, and the request itself (held, so that its id is not reused while the row is).
+        # id(seq) -> [row, the list read from, blocks held, seq (held: its id is not reused)].
         self._rows: dict[int, list] = {}
         self._free = list(range(rows - 1, -1, -1))
 
     def rows(self, seqs: list[Sequence]) -> tuple[list[int], list[int]]:
-        """The row of each request, its block table brought up to date, and how many blocks each
-        row holds (the request's whole table: orca and static reserve beyond its context)."""
+        """Blocks held: the whole table (orca and static reserve beyond the context)."""
         rows, held = [], []
         entries = self._rows
         for seq in seqs:
@@ -46,9 +43,8 @@ class BlockTables:
         return entry
 
     def _reclaim(self) -> None:
-        """Rows back from the requests whose blocks went back to the block manager (finished or
-        preempted); twice the rows where every row's request still holds its blocks."""
-        stale = [key for key, (_, table, _, seq) in self._rows.items() if seq.block_table is not table]
+        stale = [key for key, (_, table, _, seq) in self._rows.items()
+                 if seq.block_table is not table]
         for key in stale:
             row, _, n, _ = self._rows.pop(key)
             self.table[row, :n] = 0

@@ -1,5 +1,4 @@
-"""A built model written back as a Hugging Face checkpoint (config.json and model.safetensors), the
-inverse of the loader: what another engine loads to run the very weights this one runs."""
+"""A built model as a Hugging Face checkpoint, the loader's inverse."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,11 +13,10 @@ from sarathi_lab.model.spec import ModelConfig, hf_config
 
 @torch.no_grad()
 def save_checkpoint(lm: CausalLM, config: ModelConfig, directory: Path) -> Path:
-    """``lm``'s weights under Hugging Face's names, its fused projections split back into theirs.
-    ``lm`` must hold plain parameters (built with cpu_linear='aten'): packed weights are no tensors a
-    checkpoint can hold."""
+    """``lm`` must hold plain parameters (cpu_linear='aten'), not packed ones."""
     attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
-    sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size], "gate_up_proj": [mlp.intermediate] * 2}
+    sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size],
+             "gate_up_proj": [mlp.intermediate] * 2}
     tensors: dict[str, torch.Tensor] = {}
     for name, p in lm.named_parameters():
         if name == "lm_head.weight" and config.tie_word_embeddings:
@@ -27,7 +25,8 @@ def save_checkpoint(lm: CausalLM, config: ModelConfig, directory: Path) -> Path:
         fused = name.split(".")[-2]
         if fused in _FUSED:
             for part, shard in zip(_FUSED[fused], p.split(sizes[fused])):
-                tensors[prefix + name.replace(f".{fused}.", f".{part}.")] = shard.contiguous().clone()
+                hf_name = prefix + name.replace(f".{fused}.", f".{part}.")
+                tensors[hf_name] = shard.contiguous().clone()
         else:
             tensors[prefix + name] = p.detach().contiguous().clone()
     directory = Path(directory)

@@ -1,6 +1,5 @@
-"""Linear layers on the CPU over weights packed once at load time: sarathi_kernels' few-row linear,
-then oneDNN's or MKL's GEMM, then (optionally) F.linear, by row count. Why each boundary lies where
-it does: docs/cpu_engine.md."""
+"""CPU linear layers over weights packed at load: the few-row kernel, oneDNN's or MKL's GEMM, then
+(optionally) F.linear, by row count; the boundaries' reasons: docs/cpu_engine.md."""
 from __future__ import annotations
 
 import torch
@@ -13,13 +12,11 @@ from sarathi_lab.engine.clock import WallClock
 from sarathi_lab.engine.timer import best_time
 from sarathi_lab.host_features import cpu_has_onednn_fp16
 
-# The row counts oneDNN and MKL pack their weights for (any serves every row count; docs/cpu_engine.md).
 _PACK_ROWS_HINT = 8
 _MKL_PACK_ROWS = 256
-# How much faster the packed path must be on one row to take it, so that noise never flips the choice.
+# How much faster the packed path must be on one row, so that noise never flips the choice.
 _CLEAR_WIN = 1.2
-# The row boundaries of "auto" (docs/cpu_engine.md): the kernel's few-row linear, its float32 and AMX
-# GEMMs, and where F.linear takes float32 from oneDNN on a CPU without AVX-512.
+# "auto"'s row boundaries; ATEN_ROWS: F.linear takes float32 from oneDNN without AVX-512.
 SMALL_ROWS = cpu_ops.LINEAR_MAX_ROWS
 FLOAT32_KERNEL_ROWS = 48
 AMX_KERNEL_ROWS = 128
@@ -27,7 +24,6 @@ ATEN_ROWS = 768
 
 
 def kernel_rows(dtype: torch.dtype) -> int:
-    """The most rows of ``dtype`` that the engine gives sarathi_kernels' linear here."""
     if dtype == torch.float32:
         return FLOAT32_KERNEL_ROWS
     return AMX_KERNEL_ROWS if dtype == torch.bfloat16 and cpu_ops.bf16_uses_amx() else SMALL_ROWS
@@ -37,33 +33,31 @@ GEMMS = ("mkl", "onednn")
 
 
 def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether oneDNN can pack and run ``dtype`` weights here (bfloat16 needs AVX-512; float16 is tried)."""
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+    if not (torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
         return False
     if dtype == torch.float16:
-        # The check by which config accepts dtype=float16 (it tries the op): what it accepts, oneDNN runs.
+        # config's own check for dtype=float16 (it tries the op): what it accepts, oneDNN runs.
         return cpu_has_onednn_fp16()
     return dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def gemm_available(gemm: str, dtype: torch.dtype) -> bool:
-    """Whether ``gemm`` (one of GEMMS) can run packed ``dtype`` weights here; MKL's is float32 only."""
     if gemm == "mkl":
-        return dtype == torch.float32 and torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+        return (dtype == torch.float32 and torch.backends.mkl.is_available()
+                and hasattr(torch.ops.mkl, "_mkl_linear"))
     return onednn_available(dtype)
 
 
 def packed_gemm(cpu_linear: str, dtype: torch.dtype) -> str | None:
-    """The GEMM that ``cpu_linear`` gives the rows above ``kernel_rows(dtype)``, or None where none can
-    run ``dtype`` (the engine then keeps nn.Linear); MKL's is float32 only."""
-    wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto" and cpuinfo("vendor_id") == "GenuineIntel")
+    wants_mkl = cpu_linear == "mkl" or (cpu_linear == "auto"
+                                        and cpuinfo("vendor_id") == "GenuineIntel")
     if wants_mkl and gemm_available("mkl", dtype):
         return "mkl"
     return "onednn" if gemm_available("onednn", dtype) else None
 
 
 def aten_from_rows(cpu_linear: str, dtype: torch.dtype, gemm: str | None) -> int | None:
-    """The row count from which ``dtype`` rows go to F.linear instead of ``gemm``; None: never."""
     avx512 = "avx512f" in cpuinfo("flags").split()
     if cpu_linear == "auto" and gemm == "onednn" and dtype == torch.float32 and not avx512 \
             and torch.backends.mkl.is_available():
@@ -72,13 +66,11 @@ def aten_from_rows(cpu_linear: str, dtype: torch.dtype, gemm: str | None) -> int
 
 
 def describe(gemm: str, aten_rows: int | None) -> str:
-    """As runs record it: "onednn", or "onednn, aten from 768 rows"."""
     return gemm if aten_rows is None else f"{gemm}, aten from {aten_rows} rows"
 
 
 class PackedLinear(nn.Module):
-    """The ``nn.Linear``'s own parameters (shared: tied embeddings and ``state_dict`` unchanged) plus
-    packed copies of the weight for ``gemm`` and for sarathi_kernels' few-row linear."""
+    """The nn.Linear's own parameters shared: tied embeddings and ``state_dict`` unchanged."""
 
     def __init__(self, linear: nn.Linear, gemm: str = "onednn", aten_rows: int | None = None):
         super().__init__()
@@ -87,44 +79,47 @@ class PackedLinear(nn.Module):
         self.gemm, self.aten_rows = gemm, aten_rows
         with torch.no_grad():
             if gemm == "mkl":
-                packed = torch.ops.mkl._mkl_reorder_linear_weight(linear.weight.detach(), _MKL_PACK_ROWS)
+                packed = torch.ops.mkl._mkl_reorder_linear_weight(linear.weight.detach(),
+                                                                  _MKL_PACK_ROWS)
             else:
-                packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), _PACK_ROWS_HINT)
+                packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(),
+                                                                 _PACK_ROWS_HINT)
         self.register_buffer("packed_weight", packed, persistent=False)
-        small = cpu_ops.pack_linear(linear.weight.detach()) if cpu_ops.supports(linear.weight) else None
+        small = (cpu_ops.pack_linear(linear.weight.detach())
+                 if cpu_ops.supports(linear.weight) else None)
         self.register_buffer("small_rows_weight", small, persistent=False)
         self.kernel_rows = kernel_rows(linear.weight.dtype) if small is not None else 0
         self.one_row_packed = False  # set by pack_linears' probe
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
         if self.gemm == "mkl":
-            # torch reads the packed weight only where the rows equal the batch size passed, and MKL's
-            # packed weight serves any row count, so the rows themselves are passed.
-            return torch.ops.mkl._mkl_linear(x, self.packed_weight, self.weight, self.bias, x.shape[0])
+            # torch reads the packed weight only where the rows equal the batch size passed; MKL's
+            # serves any row count, so the rows themselves are passed.
+            return torch.ops.mkl._mkl_linear(x, self.packed_weight, self.weight, self.bias,
+                                             x.shape[0])
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
     @property
     def argmax_rows(self) -> int:
-        """The most rows whose argmax ``argmax`` takes inside the few-row kernel (0: none)."""
         return min(self.kernel_rows, cpu_ops.LINEAR_MAX_ROWS)
 
     def argmax(self, x: torch.Tensor) -> list[int]:
-        """forward(x).argmax(-1).tolist() for 1 to argmax_rows rows, taken while the outputs are in
-        registers: an LM head's greedy tokens without reading its logits back."""
-        return cpu_ops.linear_argmax(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
+        """Greedy tokens taken in registers, without reading the logits back."""
+        return cpu_ops.linear_argmax(x.contiguous(), self.small_rows_weight, self.out_features,
+                                     self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
         if 0 < rows <= self.kernel_rows:
-            return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features, self.bias)
+            return cpu_ops.linear(x.contiguous(), self.small_rows_weight, self.out_features,
+                                  self.bias)
         if (rows < 2 and not self.one_row_packed) or (self.aten_rows and rows >= self.aten_rows):
             return F.linear(x, self.weight, self.bias)
         return self._packed(x)
 
 
 def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None = None) -> None:
-    """Replace every ``nn.Linear`` under ``module`` by a PackedLinear; where the kernels cannot take one
-    row, it goes packed only where that beats MKL's GEMV by ``_CLEAR_WIN`` on the largest layer."""
+    """One row goes packed only where that beats MKL's GEMV on the largest layer."""
     packed = list(_replace(module, gemm, aten_rows))
     if not any(layer.small_rows_weight is None for layer in packed):
         return
@@ -138,9 +133,8 @@ def pack_linears(module: nn.Module, gemm: str = "onednn", aten_rows: int | None 
 
 
 def linear_gemm(module: nn.Module) -> str:
-    """How ``module``'s linear rows beyond the kernels' run (``describe``), or "aten" where unpacked: a run
-    records it, since "auto" picks by the CPU."""
-    return next((describe(m.gemm, m.aten_rows) for m in module.modules() if isinstance(m, PackedLinear)), "aten")
+    return next((describe(m.gemm, m.aten_rows) for m in module.modules()
+                 if isinstance(m, PackedLinear)), "aten")
 
 
 def _replace(module: nn.Module, gemm: str, aten_rows: int | None):

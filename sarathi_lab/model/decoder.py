@@ -1,5 +1,5 @@
-"""A LLaMA-family decoder (Llama, Mistral, Qwen2) over a flat hybrid token batch and a paged KV cache:
-every linear layer runs once over all the batch's tokens; only attention sees request boundaries."""
+"""A LLaMA-family decoder over a flat hybrid token batch and a paged KV cache: every linear layer
+runs once over all the batch's tokens; only attention sees request boundaries."""
 from __future__ import annotations
 
 import torch
@@ -15,14 +15,16 @@ from sarathi_lab.model.streams import streams_for
 
 
 class Attention(nn.Module):
-    def __init__(self, config: PretrainedConfig, rotary: RotaryEmbedding, backend: AttentionBackend):
+    def __init__(self, config: PretrainedConfig, rotary: RotaryEmbedding,
+                 backend: AttentionBackend):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = kv_heads_of(config)
         self.head_dim = head_dim_of(config)
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        bias = SUPPORTED_ARCHITECTURES[config.architectures[0]] or getattr(config, "attention_bias", False)
+        bias = (SUPPORTED_ARCHITECTURES[config.architectures[0]]
+                or getattr(config, "attention_bias", False))
         # One matmul for q, k and v: the layer reads the token batch once.
         self.qkv_proj = TunedLinear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
         self.o_proj = TunedLinear(self.q_size, config.hidden_size, bias=False)
@@ -32,22 +34,23 @@ class Attention(nn.Module):
 
     def project(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata) -> torch.Tensor:
-        """The queries [T, heads, d], after this step's keys and values were written to the cache."""
         qkv = self.qkv_proj(hidden)
         k_cache, v_cache = kv_cache
-        return self.backend.rope_write_kv(self.rotary, positions, qkv, self.num_heads, self.num_kv_heads,
-                                          k_cache, v_cache, meta)
+        return self.backend.rope_write_kv(self.rotary, positions, qkv, self.num_heads,
+                                          self.num_kv_heads, k_cache, v_cache, meta)
 
     def attend(self, q, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
         return self.backend.attend(q, kv_cache[0], kv_cache[1], meta, self.scale)
 
-    def forward(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata):
+    def forward(self, positions, hidden, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                meta: AttentionMetadata):
         out = self.attend(self.project(positions, hidden, kv_cache, meta), kv_cache, meta)
         return self.o_proj(out.reshape(hidden.shape[0], self.q_size))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: PretrainedConfig, rotary: RotaryEmbedding, backend: AttentionBackend):
+    def __init__(self, config: PretrainedConfig, rotary: RotaryEmbedding,
+                 backend: AttentionBackend):
         super().__init__()
         self.self_attn = Attention(config, rotary, backend)
         self.mlp = GatedMLP(config.hidden_size, config.intermediate_size)
@@ -65,15 +68,13 @@ class DecoderLayer(nn.Module):
             return self.input_layernorm(hidden), hidden
         return self.input_layernorm(hidden, residual)
 
-    # The layer in three stages, so that nano-batches (model/nano_batch.py) can run one's attention on
-    # a second stream while the other's GEMMs run; forward above keeps the module calls hooks time.
+    # The layer in stages, so nano-batches can run one's attention on a second stream beside the
+    # other's GEMMs; forward above keeps the module calls that hooks time.
     def pre_attention(self, positions, hidden, residual, kv_cache, meta):
-        """(queries, residual): the first norm, the qkv projection, RoPE and the KV write."""
         hidden, residual = self._norm(hidden, residual)
         return self.self_attn.project(positions, hidden, kv_cache, meta), residual
 
     def post_attention(self, out, residual):
-        """(hidden, residual) of the layer from its attention's output [T, heads, d]."""
         hidden = self.self_attn.o_proj(out.reshape(out.shape[0], self.self_attn.q_size))
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
@@ -86,7 +87,8 @@ class CausalLM(nn.Module):
         self.backend = backend  # the engine plans each iteration's attention through it
         rotary = RotaryEmbedding(config, head_dim_of(config), max_positions)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, rotary, backend) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, rotary, backend)
+                                    for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
@@ -95,10 +97,7 @@ class CausalLM(nn.Module):
     def forward(self, input_ids, positions, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata, logits_indices: torch.Tensor,
                 argmax: bool = False, nano: tuple | None = None) -> torch.Tensor | list[int]:
-        """Logits [len(logits_indices), vocab] of the chosen rows, in the model's dtype; with ``argmax``
-        (1 to argmax_rows rows), each row's first maximum instead, taken inside the LM head's kernel;
-        ``nano``: its nano-batches (model/nano_batch.py), run overlapped on two streams. One method, so
-        that forward hooks on the model see every way."""
+        """One method for every way (argmax, nano-batches), so hooks see them all."""
         hidden, residual = self.embed_tokens(input_ids), None
         if nano is None:
             for layer, kv_cache in zip(self.layers, kv_caches):
@@ -111,11 +110,9 @@ class CausalLM(nn.Module):
 
     def final_norm(self, hidden: torch.Tensor, residual: torch.Tensor,
                    rows: torch.Tensor) -> torch.Tensor:
-        """norm(hidden + residual) of ``rows`` only: the norm is per token, so the rows are selected
-        first and the add is the fused norm's, not a pass of its own over every token."""
+        """Per token: rows selected first, the add fused into the norm."""
         return self.norm(hidden.index_select(0, rows), residual.index_select(0, rows))[0]
 
     @property
     def argmax_rows(self) -> int:
-        """The most rows ``forward(..., argmax=True)`` takes (the CPU's few-row linear); 0: none."""
         return getattr(self.lm_head, "argmax_rows", 0)

@@ -1,4 +1,4 @@
-"""The real executor: a scheduled batch -> tensors -> the model's forward pass -> sampled tokens."""
+"""The real executor: batch -> tensors -> forward -> sampled tokens."""
 from __future__ import annotations
 
 import time
@@ -17,23 +17,21 @@ class ModelExecutor(Samples, Executor):
     def __init__(self, runner: ModelRunner, clock: Clock, graphs: CudaGraphs | None = None):
         self.runner = runner
         self.clock = clock
-        # Batches replay these where one holds them (None: every forward is eager).
         self.graphs = graphs
         self.cuda = runner.device.type == "cuda"
-        # Reused every iteration: the forward's device time, between two marks on its stream.
-        self._events = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.cuda
-                        else None)
+        self._events = ((torch.cuda.Event(enable_timing=True),
+                         torch.cuda.Event(enable_timing=True)) if self.cuda else None)
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         clock = self.clock
         t0 = clock.now()
         prepared = self.runner.prepare(batch)
-        # Greedy tokens straight from the LM head's kernel where it can take them (the CPU's few-row
-        # linear), from logits still in registers; the argmax's time counts as forward time.
+        # Greedy tokens from the LM head's kernel where it can (the CPU's few-row linear); the
+        # argmax's time counts as forward time.
         fused = self.sampler.greedy and self.runner.fuses_argmax(prepared)
         if self.cuda:
-            # perf_counter, as WallClock reads it, but without the clock's device synchronization,
-            # which would wait for the inputs' asynchronous copy the launches are meant to overlap.
+            # perf_counter without WallClock's device sync, which would wait for the inputs' copy
+            # the launches are meant to overlap.
             t1 = time.perf_counter()
             # Device time of the forward alone, without the host's launch gaps before it.
             start, end = self._events
@@ -53,6 +51,6 @@ class ModelExecutor(Samples, Executor):
         return StepOutput(tokens, prepare_s=t1 - t0, forward_s=forward_s, sample_s=t3 - t2)
 
     def forward(self, prepared: PreparedBatch, fused: bool = False):
-        """The runner's forward of ``prepared``, or the replay of a CUDA graph that holds it."""
         graph = None if self.graphs is None or fused else self.graphs.graph_for(prepared)
-        return self.runner.forward(prepared, fused) if graph is None else self.graphs.replay(prepared, graph)
+        return (self.runner.forward(prepared, fused) if graph is None
+                else self.graphs.replay(prepared, graph))

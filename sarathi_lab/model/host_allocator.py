@@ -1,6 +1,5 @@
-"""Keeps the host's freed memory mapped for reuse instead of glibc handing it back after each large
-tensor, which made every layer of a CPU forward page-fault its activations in afresh
-(docs/cpu_engine.md). Where the user tuned glibc's malloc (``MALLOC_*_``, ``GLIBC_TUNABLES``), theirs wins."""
+"""Keeps freed host memory mapped: glibc handing it back after each large tensor made every layer
+of a CPU forward page-fault afresh (docs/cpu_engine.md). A user's own malloc tuning wins."""
 from __future__ import annotations
 
 import ctypes
@@ -10,19 +9,20 @@ import os
 
 # mallopt's parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-# Free memory at the heap's top that glibc keeps mapped instead of trimming: its largest value.
+# Free memory at the heap's top glibc keeps mapped: the largest value.
 _KEEP_BYTES = 2**31 - 1
 
 
 @functools.cache
 def reuse_freed_memory() -> bool:
-    """Once per process: glibc keeps freed memory for reuse. Whether it now does."""
-    if "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ):
+    if "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") and k.endswith("_")
+                                             for k in os.environ):
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"))
     except OSError:
         return False
-    if not hasattr(libc, "gnu_get_libc_version"):  # glibc's mallopt only (musl's has other parameters)
+    # glibc's mallopt only (musl's has other parameters).
+    if not hasattr(libc, "gnu_get_libc_version"):
         return False
     return libc.mallopt(_M_MMAP_MAX, 0) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES) == 1

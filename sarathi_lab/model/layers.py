@@ -1,7 +1,5 @@
-"""Building blocks of a LLaMA-family decoder over a flat token batch [T, hidden]. Each block's
-elementwise work is one fused pass, rounding as the torch code below does: C++ on the CPU in float32
-or bfloat16 (``sarathi_kernels.cpu_ops``), Triton on CUDA (``sarathi_kernels.pointwise``); the torch
-code runs elsewhere (float16 on the CPU, a CUDA install without Triton)."""
+"""A LLaMA-family decoder's blocks over a flat batch [T, hidden]. Each block's elementwise work is
+one fused pass (C++ on the CPU, Triton on CUDA), rounding as the torch fallback here does."""
 from __future__ import annotations
 
 import contextlib
@@ -17,16 +15,15 @@ from sarathi_lab.tuned_kernels import TunedTable, table_for
 
 
 def fused_ops(x: torch.Tensor):
-    """The module of fused elementwise kernels that serves ``x`` (cpu_ops or pointwise), or None."""
     if cpu_ops.supports(x):
         return cpu_ops
-    return _pointwise() if x.is_cuda and x.dtype in (torch.float32, torch.float16, torch.bfloat16) else None
+    return (_pointwise() if x.is_cuda and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
+            else None)
 
 
 @contextlib.contextmanager
 def _unless_triton_is_missing():
-    """Runs the block, leaving it where Triton (the gpu extra's) is not installed; imported inside the
-    block only: the CPU path never imports Triton."""
+    """The CPU path never imports Triton."""
     try:
         yield
     except ModuleNotFoundError as e:
@@ -43,7 +40,7 @@ def _pointwise():
 
 
 class RMSNorm(nn.Module):
-    """Normalises in float32 and casts back before the weight, exactly as transformers' LlamaRMSNorm."""
+    """Normalises in float32 and casts back before the weight, as transformers' LlamaRMSNorm."""
 
     def __init__(self, size: int, eps: float):
         super().__init__()
@@ -75,8 +72,7 @@ def rope_parameters(config: PretrainedConfig) -> dict:
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin tables for every position up to ``max_positions``, built with transformers' own
-    RoPE initialisers so that ``rope_scaling`` (linear, llama3, yarn, ...) means what it means there."""
+    """Built with transformers' RoPE initialisers, so ``rope_scaling`` means what it means there."""
 
     def __init__(self, config: PretrainedConfig, head_dim: int, max_positions: int):
         super().__init__()
@@ -85,21 +81,20 @@ class RotaryEmbedding(nn.Module):
             exps = torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim
             inv_freq, scaling = 1.0 / (params["rope_theta"] ** exps), 1.0
         else:
-            inv_freq, scaling = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, torch.device("cpu"))
+            inv_freq, scaling = ROPE_INIT_FUNCTIONS[params["rope_type"]](config,
+                                                                         torch.device("cpu"))
         freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        # Float32 whatever the model's dtype, as transformers keeps them: not buffers, which .to(dtype)
-        # would cast; they follow the positions' device on first use.
+        # Float32 whatever the model's dtype, as transformers keeps them: not buffers, which
+        # .to(dtype) would cast.
         self.cos, self.sin = emb.cos() * scaling, emb.sin() * scaling
 
     def tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The float32 cos, sin tables [max_positions, d] on ``device`` (moved there on first use)."""
         if self.cos.device != device:
             self.cos, self.sin = self.cos.to(device), self.sin.to(device)
         return self.cos, self.sin
 
     def forward(self, positions: torch.Tensor, qk: torch.Tensor) -> torch.Tensor:
-        """qk [tokens, q heads + k heads, d], rotated: in place on the CPU path, else a new tensor."""
         self.tables(positions.device)
         if (ops := fused_ops(qk)) is not None:
             ops.rope_(qk, positions, self.cos, self.sin)
@@ -116,7 +111,6 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class GatedMLP(nn.Module):
-    """SwiGLU with gate and up projections fused into one matmul."""
 
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
@@ -135,8 +129,7 @@ class GatedMLP(nn.Module):
 
 
 class TunedLinear(nn.Linear):
-    """nn.Linear through the GEMM tuned for its device at the batch's token count (cuBLAS by default).
-    Still called as a module, so that forward hooks (profiling/ops.py's split by operation) see it."""
+    """A module still, so that forward hooks (profiling/ops.py) see it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = tuned_linear(x, self)
@@ -145,9 +138,7 @@ class TunedLinear(nn.Linear):
 
 def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
                  table: TunedTable | None = None) -> torch.Tensor | None:
-    """x [T, K] through the Triton split-K GEMM where the tuned table (``table``, by default the one of
-    x's CUDA device) chose it for this weight at T tokens; ``gated``: SiLU(gate) * up of the product
-    (a gate_up weight). None where cuBLAS was chosen (or nothing was tuned): the caller runs its own."""
+    """Triton's split-K GEMM where the tuned table chose it; None: the caller runs cuBLAS."""
     table = table_for(x.device) if table is None else table
     if not table.gemm or not isinstance(layer, nn.Linear) or layer.bias is not None or x.dim() != 2:
         return None

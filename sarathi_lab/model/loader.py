@@ -1,4 +1,4 @@
-"""Build a CausalLM from a preset (random weights) or a local Hugging Face directory (safetensors)."""
+"""A CausalLM from a preset (random weights) or a local Hugging Face directory (safetensors)."""
 from __future__ import annotations
 
 import logging
@@ -16,7 +16,6 @@ from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.presets import SPECS
 from sarathi_lab.model.spec import ModelConfig, hf_config
 
-# Our fused parameter <- the Hugging Face parameters stacked into it, in order.
 _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 log = logging.getLogger("sarathi_lab")
 
@@ -24,14 +23,11 @@ log = logging.getLogger("sarathi_lab")
 def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_positions: int,
                 dtype: torch.dtype, device: torch.device, seed: int, cpu_linear: str,
                 shards: TensorShards | None = None, stage: Stage | None = None) -> CausalLM:
-    """``shards``: build one tensor-parallel rank's part of the model, with the very weights the whole
-    model would have (the same draws, or the same checkpoint), its LM head a slice of the vocabulary;
-    ``stage``: only the layers of that pipeline stage (with shards: both)."""
+    """A rank's part has the very weights the whole model would have."""
     config = hf_config(config)
     if stage is not None and shards is None:
         shards = TensorShards.of(config, 0, 1, model)
-    # Parameters are created in their final dtype: built in float32 and cast, a model would take twice
-    # its memory at the peak.
+    # Created in the final dtype: built in float32 and cast, a model would peak at twice its size.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -40,12 +36,14 @@ def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_
             if stage is not None:
                 local.num_hidden_layers = stage.num_layers
             lm = CausalLM(local, backend, max_positions)
-            if shards is not None:  # untied: the rank's rows of the vocabulary only
-                lm.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size // shards.size, bias=False)
+            if shards is not None:  # untied: the rank's rows only
+                lm.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size // shards.size,
+                                             bias=False)
     finally:
         torch.set_default_dtype(previous)
     if model in SPECS:
-        _init_random(lm, config, seed, shards or TensorShards.of(config, 0, 1, model), backend, max_positions, stage)
+        _init_random(lm, config, seed, shards or TensorShards.of(config, 0, 1, model), backend,
+                     max_positions, stage)
     else:
         _load_safetensors(lm, Path(model), shards, stage)
     lm = lm.to(dtype).eval()
@@ -54,17 +52,15 @@ def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_
         if gemm:
             pack_linears(lm, gemm, aten_from_rows(cpu_linear, dtype, gemm))
         else:
-            log.warning("cpu_linear=%r runs as 'aten': this torch build's oneDNN cannot run %s on this CPU",
-                        cpu_linear, dtype)
+            log.warning("cpu_linear=%r runs as 'aten': this torch build's oneDNN cannot run %s on "
+                        "this CPU", cpu_linear, dtype)
     return lm
 
 
 @torch.no_grad()
 def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: TensorShards,
                  backend: AttentionBackend, max_positions: int, stage: Stage | None = None) -> None:
-    """The whole model's draws, in its order, one parameter at a time, each cut to the rank's part
-    (``shards``: of one rank, the whole) and kept only where its stage holds it: a rank's weights are
-    those of the model run on one device."""
+    """The whole model's draws in order, each cut: a rank's weights are one device's."""
     gen = torch.Generator(device=lm.embed_tokens.weight.device).manual_seed(seed)
     std = getattr(config, "initializer_range", 0.02)
     with torch.device("meta"):  # the whole model's names and shapes, nothing allocated
@@ -84,13 +80,12 @@ def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: Tens
             drawn = torch.empty(p.shape, device=gen.device).normal_(0.0, std, generator=gen)
             if mine is not None:
                 local[mine].copy_(shards.shard(name, drawn))
-            # A rank's LM head is its own; one model's tied head is its embedding (no parameter of its own).
+            # A rank's LM head is its own; one model's tied head is its embedding.
             if tied and name == "embed_tokens.weight" and "lm_head.weight" in local:
                 local["lm_head.weight"].copy_(shards.shard("lm_head", drawn))
 
 
 def _our_name(hf_name: str) -> tuple[str, str | None, int]:
-    """model.layers.0.self_attn.k_proj.weight -> (layers.0.self_attn.qkv_proj.weight, "qkv_proj", 1)."""
     name = hf_name.removeprefix("model.")
     for fused, parts in _FUSED.items():
         for i, part in enumerate(parts):
@@ -102,12 +97,10 @@ def _our_name(hf_name: str) -> tuple[str, str | None, int]:
 @torch.no_grad()
 def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = None,
                       stage: Stage | None = None) -> None:
-    """``shards``: each weight cut to a tensor-parallel rank's part as it is read; ``stage``: only
-    the layers of that pipeline stage read."""
     params = dict(lm.named_parameters())
-    # The sizes of a fused parameter's shards along dim 0.
     attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
-    sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size], "gate_up_proj": [mlp.intermediate] * 2}
+    sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size],
+             "gate_up_proj": [mlp.intermediate] * 2}
     filled: dict[str, int] = {}
     for file in weight_files(path):
         with open_weights(path, file) as f:
@@ -125,21 +118,25 @@ def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = No
                 try:
                     tensor = f.get_tensor(hf_name)
                 except Exception as e:  # noqa: BLE001 - safetensors' own error types
-                    raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} in {file.name} cannot be read "
-                                         f"({first_line(e)})") from None
+                    raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} in {file.name} "
+                                         f"cannot be read ({first_line(e)})") from None
                 if shards is not None:
-                    tensor = shards.shard_part(fused, shard, tensor) if fused else shards.shard(name, tensor)
+                    tensor = (shards.shard_part(fused, shard, tensor) if fused
+                              else shards.shard(name, tensor))
                 if tensor.shape != target.shape:
-                    raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} has shape {tuple(tensor.shape)},"
-                                         f" expected {tuple(target.shape)}")
+                    raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} has shape "
+                                         f"{tuple(tensor.shape)}, expected {tuple(target.shape)}")
                 target.copy_(tensor)
-                if shards is not None and lm.config.tie_word_embeddings and name == "embed_tokens.weight":
-                    params["lm_head.weight"].copy_(shards.shard("lm_head", tensor))  # the embedding is whole
+                # The embedding is whole: the rank's LM head rows come from it.
+                if (shards is not None and lm.config.tie_word_embeddings
+                        and name == "embed_tokens.weight"):
+                    params["lm_head.weight"].copy_(shards.shard("lm_head", tensor))
                 filled[name] = filled.get(name, 0) + 1
     # A tied lm_head shares the embedding's storage, so it is filled when the embedding is.
     tied = lm.config.tie_word_embeddings
     missing = [n for n in params if not (tied and n == "lm_head.weight")
                and filled.get(n, 0) < len(_FUSED.get(n.split(".")[-2], "?"))]
     if missing:
-        raise ModelLoadError(f"model={str(path)!r}: weights missing from the checkpoint: {', '.join(missing[:5])}"
+        raise ModelLoadError(f"model={str(path)!r}: weights missing from the checkpoint: "
+                             f"{', '.join(missing[:5])}"
                              + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))

@@ -1,5 +1,4 @@
-"""How much a model and its KV cache take, computed from shapes before anything is allocated, so that a
-config that cannot fit fails with one line before any work, never with an allocator error halfway."""
+"""Memory from shapes before any allocation: a config that can't fit fails in one line first."""
 from __future__ import annotations
 
 import gc
@@ -11,7 +10,8 @@ from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.scheduler import SchedulerConfig, scheduler_class
 from sarathi_lab.model.shape import Shape
 
-if TYPE_CHECKING:  # torch and the CPU kernels only where a real device is asked: the simulator plans too
+# torch only where a real device is asked: the simulator plans too.
+if TYPE_CHECKING:
     import torch
 
     from sarathi_lab.model.spec import ModelConfig
@@ -21,7 +21,6 @@ CPU_KV_MEMORY_SHARE = 0.25
 
 
 def context_limit(cfg: EngineConfig, hf: ModelConfig) -> int:
-    """The longest request (prompt + generated tokens) the engine serves."""
     limit = hf.max_position_embeddings
     # Sliding-window attention is not implemented, so the context stops at the window.
     if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True):
@@ -29,29 +28,27 @@ def context_limit(cfg: EngineConfig, hf: ModelConfig) -> int:
     k = SETTING
     if cfg.max_model_len is not None:
         if cfg.max_model_len > limit:
-            raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the model allows at most "
-                              f"{limit}")
+            raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the model "
+                              f"allows at most {limit}")
         limit = cfg.max_model_len
     if cfg.warmup_iters >= limit:
         if cfg.max_model_len is not None and cfg.warmup_iters == EngineConfig.warmup_iters:
             # The context the user set is what is too short, not the warm-up they left as it was.
-            raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the engine's warm-up "
-                              f"generates {cfg.warmup_iters} tokens after a one-token prompt, so it must be at least "
-                              f"{cfg.warmup_iters + 1}; allowed: >= {cfg.warmup_iters + 1}, or "
-                              f"{k('warmup_iters')}=0")
-        raise ConfigError(f"{k.set('warmup_iters', cfg.warmup_iters)} is invalid: must be < the context of {limit} "
-                          "tokens")
+            raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the "
+                              f"engine's warm-up generates {cfg.warmup_iters} tokens after a "
+                              f"one-token prompt, so it must be at least {cfg.warmup_iters + 1}; "
+                              f"allowed: >= {cfg.warmup_iters + 1}, or {k('warmup_iters')}=0")
+        raise ConfigError(f"{k.set('warmup_iters', cfg.warmup_iters)} is invalid: must be < the "
+                          f"context of {limit} tokens")
     return limit
 
 
 def device_memory_bytes(device: torch.device) -> int:
-    """Memory the engine may still take on ``device``: free GPU memory, or what this process may still
-    allocate on the host (host_memory: the machine's, its cgroup's and its address-space limit's least)."""
     if device.type == "cuda":
         import torch
 
-        # What earlier engines of this process freed (a sweep's previous jobs) stays reserved by
-        # torch's caching allocator, which mem_get_info counts as taken: give it back first.
+        # What earlier engines freed stays reserved by torch's allocator, which mem_get_info counts
+        # as taken: give it back first.
         gc.collect()
         torch.cuda.empty_cache()
         return torch.cuda.mem_get_info(device)[0]
@@ -59,8 +56,6 @@ def device_memory_bytes(device: torch.device) -> int:
 
 
 def where_memory(device: torch.device) -> str:
-    """``device`` as a refusal names where its memory ran out: on the host, with the limit that binds
-    when it is the process's own (a cgroup, ``ulimit -v``), not the machine's."""
     if device.type == "cuda":
         return str(device)
     bound = host_memory.available().bound_by
@@ -68,8 +63,6 @@ def where_memory(device: torch.device) -> str:
 
 
 def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> int:
-    """The copies of the weights that cpu_linear packs beside them on a CPU: two (the GEMM's and the
-    few-row kernel's), one where the kernel takes no ``dtype``, none with cpu_linear=aten or on a GPU."""
     if device_type != "cpu" or cfg.cpu_linear == "aten":
         return 0
     from sarathi_kernels import cpu_ops
@@ -80,61 +73,54 @@ def packed_copies(cfg: EngineConfig, dtype: torch.dtype, device_type: str) -> in
 
 def resident_weight_bytes(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype,
                           device_type: str) -> int:
-    """What the engine's weights take on a device of ``device_type``: the weights and, on a CPU,
-    cpu_linear's packed copies; everywhere, the rotary tables' float32 cos and sin per position (as
-    much again while built)."""
     copies = 1 + packed_copies(cfg, dtype, device_type)
     return shape.weight_bytes(dtype.itemsize) * copies + rotary_bytes(shape, context)
 
 
 def rotary_bytes(shape: Shape, context: int) -> int:
-    """The rotary tables' float32 cos and sin per position of the context (as much again while built)."""
     return 4 * context * shape.head_dim * 4
 
 
 def context_refused(cfg: EngineConfig, shape: Shape, context: int, why: str) -> ConfigError | None:
-    """The refusal naming max_model_len where the context's own tables, not the weights, take most of
-    what does not fit (a config claiming a billion positions); None where the weights are to blame."""
+    """Names max_model_len where the context's tables take most of the memory, not the weights."""
     tables = rotary_bytes(shape, context)
     if tables <= shape.weight_bytes(1):
         return None
     k = SETTING
-    said = f"{_gib(tables)} GiB of rotary tables, {why}; allowed: {k('max_model_len')}=N, a shorter context"
-    if cfg.max_model_len is None:  # the model's own config claims the context: it is the model at fault
-        return ConfigError(f"{k.set('model', cfg.model)} is invalid here: its config's context of {context} "
-                           f"positions (max_position_embeddings) needs {said}")
-    return ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: a context of {context} positions "
-                       f"needs {said}")
+    said = (f"{_gib(tables)} GiB of rotary tables, {why}; allowed: {k('max_model_len')}=N, a "
+            f"shorter context")
+    # The model's own config claims the context: it is the model at fault.
+    if cfg.max_model_len is None:
+        return ConfigError(f"{k.set('model', cfg.model)} is invalid here: its config's context of "
+                           f"{context} positions (max_position_embeddings) needs {said}")
+    return ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: a context of "
+                       f"{context} positions needs {said}")
 
 
 def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) -> ConfigError | None:
-    """The refusal naming block_size where one block alone is larger than the ``room`` the weights
-    leave on ``where``; None where a block fits (or is one token: then the memory is what is short)."""
+    """Names block_size where one block outgrows the room (one token: the memory is short)."""
     if block_bytes <= room or cfg.block_size == 1:
         return None
     fits = max(room // (block_bytes // cfg.block_size), 1)
-    return ConfigError(f"{SETTING.set('block_size', cfg.block_size)} is invalid: one block of KV cache takes "
-                       f"{_gib(block_bytes)} GiB, "
-                       f"more than the {_gib(max(room, 0))} GiB left on {where} beside the weights; allowed: a block "
-                       f"of at most {fits} tokens (16 is usual)")
+    return ConfigError(f"{SETTING.set('block_size', cfg.block_size)} is invalid: one block of KV "
+                       f"cache takes {_gib(block_bytes)} GiB, more than the "
+                       f"{_gib(max(room, 0))} GiB left on {where} beside the weights; allowed: a "
+                       f"block of at most {fits} tokens (16 is usual)")
 
 
-def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype, device_type: str,
-                    why: str, room_bytes: int) -> str:
-    """A refusal of weights that do not fit, after its key: what they take in the dtype that runs (the
-    weights, then cpu_linear's packed copies apart: they are not the model's size), ``why`` that is
-    too much, and the way out: cpu_linear=aten where the weights alone take at most ``room_bytes``."""
+def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype,
+                    device_type: str, why: str, room_bytes: int) -> str:
     total = resident_weight_bytes(cfg, shape, context, dtype, device_type)
     copies = packed_copies(cfg, dtype, device_type)
     packed = copies * shape.weight_bytes(dtype.itemsize)
     said = f"its weights take {_gib(total - packed)} GiB in {str(dtype).removeprefix('torch.')}"
     if copies:
-        said += (f" and the CPU GEMM's {copies} packed cop{'ies' if copies > 1 else 'y'} of them {_gib(packed)} "
-                 f"GiB more ({_gib(total)} GiB in all)")
+        said += (f" and the CPU GEMM's {copies} packed cop{'ies' if copies > 1 else 'y'} of them "
+                 f"{_gib(packed)} GiB more ({_gib(total)} GiB in all)")
     way_out = "a smaller model or dtype"
     if copies and total - packed <= room_bytes:
-        way_out = (f"{SETTING('cpu_linear')}=aten, which packs no copy ({_gib(total - packed)} GiB in all; its "
-                   f"decode batches run slower: docs/cpu_engine.md), or {way_out}")
+        way_out = (f"{SETTING('cpu_linear')}=aten, which packs no copy ({_gib(total - packed)} GiB "
+                   f"in all; its decode batches run slower: docs/cpu_engine.md), or {way_out}")
     return f"{said}, {why}; allowed: {way_out}"
 
 
@@ -142,43 +128,35 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f}"
 
 
-def gpu_kv_bytes(shape: Shape, elem_bytes: int, memory_bytes: int, weight_bytes: int, max_tokens: int,
-                 utilisation: float = GPU_MEMORY_UTILISATION) -> int:
-    """What a GPU's KV cache may take, vLLM's rule: ``utilisation`` of its memory less the weights and
-    the activations of an iteration of ``max_tokens`` tokens (below one token's KV: nothing fits)."""
-    return int(memory_bytes * utilisation) - weight_bytes - max_tokens * shape.activation_bytes_per_token(elem_bytes)
+def gpu_kv_bytes(shape: Shape, elem_bytes: int, memory_bytes: int, weight_bytes: int,
+                 max_tokens: int, utilisation: float = GPU_MEMORY_UTILISATION) -> int:
+    """vLLM's rule."""
+    return (int(memory_bytes * utilisation) - weight_bytes
+            - max_tokens * shape.activation_bytes_per_token(elem_bytes))
 
 
 def tokens_with_activations(shape: Shape, elem_bytes: int, free_bytes: int) -> int:
-    """The most tokens whose KV and activations fit together in ``free_bytes``: what one iteration
-    can hold at most, since every token it runs is cached (the SARATHI paper's B is this / seq_len)."""
-    return max(free_bytes, 0) // (shape.kv_bytes_per_token(elem_bytes) + shape.activation_bytes_per_token(elem_bytes))
+    """Every token an iteration runs is cached (the SARATHI paper's B is this / seq_len)."""
+    return max(free_bytes, 0) // (shape.kv_bytes_per_token(elem_bytes)
+                                  + shape.activation_bytes_per_token(elem_bytes))
 
 
-def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int, free_bytes: int,
-                           largest: int | None) -> int:
-    """The KV blocks of a scheduler that prefills prompts whole, beside the activations of its largest
-    iteration in ``free_bytes``. That iteration holds at most max_batch_size prompts of ``context``
-    tokens, at most ``largest`` tokens (the scheduler's own bound, if it has one) and no more tokens
-    than the cache holds, so cache and iteration are sized together: the most blocks for which both fit."""
-    bound = cfg.max_batch_size * context if largest is None else min(cfg.max_batch_size * context, largest)
+def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_bytes: int,
+                           free_bytes: int, largest: int | None) -> int:
+    """A whole-prompt iteration holds no more tokens than the cache: both are sized together."""
+    bound = (cfg.max_batch_size * context if largest is None
+             else min(cfg.max_batch_size * context, largest))
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
     blocks = (free_bytes - bound * shape.activation_bytes_per_token(elem_bytes)) // block_bytes
     if blocks * cfg.block_size < bound:
-        # The cache binds before the batch or the bound: the largest iteration runs every token it holds.
+        # The cache binds first: the largest iteration runs every token it holds.
         blocks = tokens_with_activations(shape, elem_bytes, free_bytes) // cfg.block_size
     return max(blocks, 0)
 
 
-def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, context: int, dtype: torch.dtype,
-                      device_type: str, memory_bytes: int, weight_bytes: int, where: str,
-                      too_large: str | None = None) -> int:
-    """The KV cache's blocks with no size given, as EngineConfig's comment says, for the real engine
-    and the simulator alike (``sched``: the run's scheduler config, whose largest iteration a GPU keeps
-    activations for; ``memory_bytes``: what the device has for the engine; ``where``: the device as a
-    refusal names it). Refuses, in one line, weights or an iteration that leave no block, naming the
-    model on ``where`` or, where the device is what to change, ``too_large`` (its `key=value is
-    invalid ...`)."""
+def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, context: int,
+                      dtype: torch.dtype, device_type: str, memory_bytes: int, weight_bytes: int,
+                      where: str, too_large: str | None = None) -> int:
     too_large = too_large or f"{SETTING.set('model', cfg.model)} is invalid on {where}"
     elem_bytes = dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
@@ -190,36 +168,35 @@ def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, c
             raise refused  # the weights fit: one block is what does not
         if (refused := context_refused(cfg, shape, context, why)) is not None:
             raise refused
-        raise ConfigError(f"{too_large}: "
-                          + weights_refused(cfg, shape, context, dtype, device_type, why, memory_bytes - block_bytes))
+        raise ConfigError(f"{too_large}: " + weights_refused(
+            cfg, shape, context, dtype, device_type, why, memory_bytes - block_bytes))
     if device_type == "cuda":
         scheduler = scheduler_class(cfg.scheduler)
         tokens = scheduler.largest_iteration_tokens(sched)
         if scheduler.prefills_whole_prompts or tokens is None:
             blocks = whole_prompt_kv_blocks(cfg, shape, context, elem_bytes, room, tokens)
             if blocks < 1:
-                raise ConfigError(f"{too_large}: beside its weights no block of KV cache fits with the "
-                                  f"activations of prefilling its tokens whole ({SETTING('scheduler')}="
-                                  f"{cfg.scheduler})")
+                raise ConfigError(f"{too_large}: beside its weights no block of KV cache fits "
+                                  f"with the activations of prefilling its tokens whole "
+                                  f"({SETTING('scheduler')}={cfg.scheduler})")
             return blocks
         room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, tokens)
         if room < block_bytes:
-            # Name the setting that made the iteration this large.
-            raise ConfigError(f"{SETTING.set('chunk_size', cfg.chunk_size)} is invalid on {where}: an iteration of "
-                              f"this many tokens and a decode per running request ({tokens} in all) leaves no room "
-                              "for a KV cache", setting="chunk_size")
+            raise ConfigError(f"{SETTING.set('chunk_size', cfg.chunk_size)} is invalid on {where}: "
+                              f"an iteration of this many tokens and a decode per running request "
+                              f"({tokens} in all) leaves no room for a KV cache",
+                              setting="chunk_size")
         return room // block_bytes
-    # Each micro-batch in flight through a pipeline holds up to max_batch_size requests of its own, whose
-    # blocks stay taken until its tokens return: a cache for one batch would keep the others' stages idle.
+    # Each micro-batch in flight holds its own requests' blocks until its tokens return: a cache for
+    # one batch would keep the other stages idle.
     requests = cfg.max_batch_size * cfg.pipeline_parallel
-    wanted = blocks_beside_watermark(requests * blocks_for(context, cfg.block_size), cfg.kv_watermark)
+    wanted = blocks_beside_watermark(requests * blocks_for(context, cfg.block_size),
+                                     cfg.kv_watermark)
     return min(wanted, int(memory_bytes * CPU_KV_MEMORY_SHARE // block_bytes), room // block_bytes)
 
 
-def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, context: int, dtype: torch.dtype,
-                   device: torch.device, available: int | None = None) -> int:
-    """KV cache blocks as EngineConfig's comment says (``sched``: the run's scheduler config, built
-    once by plan.scheduler_config_of); refuses what would not fit beside the weights."""
+def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, context: int,
+                   dtype: torch.dtype, device: torch.device, available: int | None = None) -> int:
     shape, elem = Shape.of(hf), dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem) * cfg.block_size
     weights = resident_weight_bytes(cfg, shape, context, dtype, device.type)
@@ -229,21 +206,21 @@ def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, c
         why = f"more than the {_gib(available)} GiB available on {where_memory(device)}"
         if (refused := context_refused(cfg, shape, context, why)) is not None:
             raise refused
-        raise ConfigError(f"{SETTING.set('model', cfg.model)} is invalid here: "
-                          + weights_refused(cfg, shape, context, dtype, device.type, why, available - block_bytes))
+        raise ConfigError(f"{SETTING.set('model', cfg.model)} is invalid here: " + weights_refused(
+            cfg, shape, context, dtype, device.type, why, available - block_bytes))
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
-    if (key is None or blocks * block_bytes > room) and (refused := block_refused(cfg, block_bytes, room,
-                                                                                    where_memory(device))):
+    if (key is None or blocks * block_bytes > room) and (
+            refused := block_refused(cfg, block_bytes, room, where_memory(device))):
         raise refused
     if key is not None:
         if blocks * block_bytes > room:
             raise ConfigError(f"{SETTING.set(key, getattr(cfg, key))} is invalid: "
                               f"{kv_excess(blocks, block_bytes, room, where_memory(device))}")
         return blocks
-    return default_kv_blocks(cfg, sched, shape, context, dtype, device.type, available, weights, str(device))
+    return default_kv_blocks(cfg, sched, shape, context, dtype, device.type, available, weights,
+                             str(device))
 
 
 def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:
-    """Why an explicit KV cache does not fit ``room`` bytes left on ``where`` beside the weights."""
-    return (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, more than the "
-            f"{max(room, 0) / 2**30:.1f} GiB left on {where} beside the weights")
+    return (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, "
+            f"more than the {max(room, 0) / 2**30:.1f} GiB left on {where} beside the weights")

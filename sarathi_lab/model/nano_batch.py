@@ -1,7 +1,6 @@
-"""Nano-batches (NanoFlow's): a large hybrid batch cut in two by token, run layer by layer so that
-one's attention (memory-bound for decodes) runs on a second stream while the other's GEMMs run on
-the forward's own. A cut inside a prefill chunk makes two consecutive chunks of that request, as
-chunked prefill runs them: the outputs are the sequential forward's up to rounding."""
+"""NanoFlow's nano-batches: a hybrid batch cut in two by token, one's attention on a second stream
+beside the other's GEMMs. A cut inside a prefill makes two consecutive chunks, as chunked prefill
+runs them: outputs are the sequential forward's up to rounding."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -13,25 +12,20 @@ from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.model.streams import StreamPair
 
-# Below this many tokens an iteration's GEMMs at half its tokens fall under the ridge point, so the
-# cut costs them more than the overlap can win.
+# Below this, GEMMs at half the tokens fall under the ridge point: the cut costs more than it wins.
 MIN_OVERLAP_TOKENS = 384
 
 
 @dataclass(frozen=True)
 class OverlapRule:
-    """Which batches run as two nano-batches, and where they are cut (the one home of both):
-    ``mode`` (EngineConfig.overlap, checked there) ``none`` never; ``nano_batch`` a batch of prefill
-    tokens and decodes of ``min_tokens`` or more, cut at whole ``tile``-token GEMM tiles, half of
-    them each side."""
+    """The one home of which batches run as two nano-batches and where they are cut."""
 
     mode: str = "none"
     min_tokens: int = MIN_OVERLAP_TOKENS
     tile: int = GEMM_TILE
 
     def cut(self, tokens: int, prefill_tokens: int, decodes: int) -> int | None:
-        """The first nano-batch's tokens (all of them a prefill's, so that the decodes' attention
-        runs beside the first's GEMMs), or None: the batch runs whole."""
+        """All prefill, so the decodes' attention runs beside the first's GEMMs."""
         if self.mode != "nano_batch" or tokens < self.min_tokens:
             return None
         if not prefill_tokens or not decodes:
@@ -44,8 +38,7 @@ NO_OVERLAP = OverlapRule()
 
 
 def split_meta(meta: AttentionMetadata, at: int) -> tuple[AttentionMetadata, AttentionMetadata]:
-    """The metadata of tokens ``[:at]`` and ``[at:]``; a request cut at ``at`` (a prefill chunk)
-    is in both: its first piece sees the context before the second's tokens, the second all."""
+    """A prefill cut at ``at`` is in both parts."""
     lens, seqs = meta.query_lens_host, meta.seq_lens_host
     ends = list(accumulate(lens))
     if not 0 < at < ends[-1]:
@@ -80,7 +73,6 @@ def _part(meta: AttentionMetadata, lens_seqs: tuple[list[int], list[int]], rows:
 
 @dataclass
 class NanoBatch:
-    """One nano-batch: its rows of the batch's tokens and its own attention metadata."""
 
     tokens: slice
     positions: torch.Tensor
@@ -96,10 +88,7 @@ def nano_batches(positions: torch.Tensor, meta: AttentionMetadata,
 
 def overlapped_layers(layers, hidden: torch.Tensor, kv_caches, parts: tuple[NanoBatch, ...],
                       streams: StreamPair) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hidden, residual) of every token after ``layers``: per layer, each nano-batch's first norm
-    and projections on the main stream, its attention on the side stream once they are done, and
-    its output projection and MLP back on the main stream once its attention is (joined by events:
-    the side stream's first work waits on the main's, and the main waits on its last)."""
+    """Per layer, each part's attention on the side stream, the rest on the main one."""
     hidden = [hidden[p.tokens] for p in parts]
     residual: list = [None] * len(parts)
     out: list = [None] * len(parts)

@@ -1,6 +1,5 @@
-"""Named model shapes, as plain data (model.spec): the one home of each preset's numbers, which the
-simulator reads as they are and the engine turns into a transformers config where it builds a model.
-Weights are random: the Sarathi results depend on shapes, not on weights."""
+"""Named model shapes, the one home of each preset's numbers; weights are random, as the Sarathi
+results depend on shapes alone."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -13,46 +12,41 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
 
-def _llama(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, context: int = 4096,
-           vocab: int = 32000, model_type: str = "llama", **extra) -> ModelSpec:
-    return ModelSpec(model_type, hidden, intermediate, layers, heads, kv_heads, vocab, context, **extra)
+def _llama(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int,
+           context: int = 4096, vocab: int = 32000, model_type: str = "llama",
+           **extra) -> ModelSpec:
+    return ModelSpec(model_type, hidden, intermediate, layers, heads, kv_heads, vocab, context,
+                     **extra)
 
 
 SPECS: dict[str, ModelSpec] = {
-    # A few M parameters: unit and end-to-end tests.
     "tiny": _llama(256, 688, 4, 4, 2, context=2048, vocab=4096),
-    # ~110M parameters: on a CPU a decode token costs several times a prefill token, as on a GPU;
-    # multi-head attention like LLaMA-13B, the paper's main model.
+    # ~110M: on a CPU a decode token costs several prefill tokens, as on a GPU; MHA as LLaMA-13B.
     "cpu-small": _llama(768, 2048, 12, 12, 12, tie_word_embeddings=True),
     # The papers' shapes (LLaMA-2 context, so that the 1K-3K sweeps fit).
     "llama2-7b": _llama(4096, 11008, 32, 32, 32),
     "llama-13b": _llama(5120, 13824, 40, 40, 40),
     "llama-33b": _llama(6656, 17920, 60, 52, 52),
-    "mistral-7b": _llama(4096, 14336, 32, 32, 8, context=32768, model_type="mistral", sliding_window=None,
-                         rope_theta=1e6),
-    # Sarathi-Serve's second model (two A100s, tensor parallel): 01-ai/Yi-34B's config.json.
+    "mistral-7b": _llama(4096, 14336, 32, 32, 8, context=32768, model_type="mistral",
+                         sliding_window=None, rope_theta=1e6),
+    # Sarathi-Serve's second model: 01-ai/Yi-34B's config.json.
     "yi-34b": _llama(7168, 20480, 60, 56, 8, vocab=64000, rope_theta=5e6),
-    # Sarathi-Serve's third (TP4 x PP2 on eight A40s): meta-llama/Llama-2-70b-hf's config.json.
+    # Sarathi-Serve's third: meta-llama/Llama-2-70b-hf's config.json.
     "llama2-70b": _llama(8192, 28672, 80, 64, 8, rope_theta=10000.0),
-    # Sarathi-Serve's fourth (TP4 x PP2 on two nodes of four A100s), for the simulator only: Falcon-180B
-    # (tiiuae/falcon-180B: 80 layers, hidden 14848, 232 heads of 64, 8 KV heads, vocab 65024, context
-    # 2048) in the LLaMA form the cost models price. Its parallel attention + MLP, LayerNorm and non-gated
-    # GELU MLP of 4 x hidden (2 x h x 4h weights) are written as a gated MLP of 39592 columns (3 x h x
-    # 39592 weights, 0.007% fewer; a multiple of 8, so that 2, 4 and 8 ranks split it): the same FLOPs
-    # and weight bytes per token; norms and activations differ only in pointwise bytes. The engine's
-    # decoder is LLaMA's, so it refuses to build this one (SIMULATED_ONLY).
+    # Sarathi-Serve's fourth, simulator only: tiiuae/falcon-180B in the LLaMA form the cost models
+    # price. Its non-gated GELU MLP of 4 x hidden is a gated one of 39592 columns (a multiple of 8,
+    # so 2, 4 and 8 ranks split it): the same FLOPs and weight bytes per token.
     "falcon-180b": _llama(14848, 39592, 80, 232, 8, context=2048, vocab=65024),
 }
 
-# Presets whose shapes only the simulator may use, each with what the real engine would get wrong.
 SIMULATED_ONLY: dict[str, str] = {
-    "falcon-180b": "Falcon's decoder (attention and MLP in parallel, LayerNorm, a non-gated GELU MLP) is not "
-                   "built by this engine, whose decoder is LLaMA's; the preset is its cost-equivalent LLaMA form",
+    "falcon-180b": "Falcon's decoder (attention and MLP in parallel, LayerNorm, a non-gated GELU "
+                   "MLP) is not built by this engine, whose decoder is LLaMA's; the preset is its "
+                   "cost-equivalent LLaMA form",
 }
 
 
 class _TransformersConfigs(Mapping):
-    """Each preset as a transformers config, made on first use (transformers is imported only then)."""
 
     def __getitem__(self, name: str) -> PretrainedConfig:
         return _hf(name)

@@ -1,4 +1,4 @@
-"""Turns a scheduled batch into tensors, runs the model over them, returns the sampled rows' logits."""
+"""A scheduled batch into tensors, through the model, to the sampled rows' logits."""
 from __future__ import annotations
 
 from array import array
@@ -20,25 +20,19 @@ class PreparedBatch:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    # Rows whose logits are needed, in batch.sampled's order.
     logits_indices: torch.Tensor
-    # The two nano-batches it runs as (OverlapRule), each planned; None: it runs whole.
+    # None: it runs whole.
     nano: tuple[NanoBatch, NanoBatch] | None = None
 
 
 class HostStaging:
-    """The pinned host buffer an iteration's inputs pass through to a CUDA device, so that the copy
-    runs asynchronously while the host launches the forward: one buffer for the int64 and int32 inputs
-    (one copy), grown as needed and reused, as vLLM's and nano-vllm's runners do."""
+    """Pinned, so the copy runs while the host launches the forward (as vLLM's runner)."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
-        # The last copy out of the buffer, which must finish before it is written again (a caller
-        # that prepares twice in a row would otherwise overwrite inputs still being copied).
         self._copied: torch.cuda.Event | None = None
 
     def buffer(self, nbytes: int) -> torch.Tensor:
-        """The first ``nbytes`` bytes of the buffer (uint8), free to write."""
         if self._copied is not None:
             self._copied.synchronize()
             self._copied = None
@@ -46,38 +40,37 @@ class HostStaging:
         if buf is None or buf.numel() < nbytes:
             size = max(nbytes, 2 * (0 if buf is None else buf.numel()), 1 << 16)
             # Pinned only where CUDA is: pinning needs its driver.
-            buf = self._buffer = torch.empty(size, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+            buf = self._buffer = torch.empty(size, dtype=torch.uint8,
+                                             pin_memory=torch.cuda.is_available())
         return buf[:nbytes]
 
     def copied(self) -> None:
-        """The copy out of the buffer is queued: writes must wait for it."""
         if torch.cuda.is_available():
             self._copied = torch.cuda.Event()
             self._copied.record()
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, kv_caches: list[tuple[torch.Tensor, torch.Tensor]], block_size: int,
-                 device: torch.device, overlap: OverlapRule = NO_OVERLAP):
+    def __init__(self, model: CausalLM, kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                 block_size: int, device: torch.device, overlap: OverlapRule = NO_OVERLAP):
         self.model = model
         self.overlap = overlap
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.device = device
-        # Kept across iterations: each request's block table, updated with its new blocks only.
         self.tables = BlockTables()
         self.staging = HostStaging() if device.type == "cuda" else None
-        # On the CPU, decode-only batches from Python arrays (_cpu_decode_tensors); bench.host_path
-        # turns it off to time the path a GPU takes.
+        # CPU decode-only batches from Python arrays; bench.host_path turns it off to time a GPU's.
         self.decode_lists = True
 
     def prepare(self, batch: ScheduledBatch) -> PreparedBatch:
         prepared = batch_tensors(batch, self.block_size, self.device, self.tables, self.staging,
                                  self.decode_lists)
-        # The attention backend's per-iteration decisions, made once here rather than in every layer.
+        # Once here rather than in every layer.
         self.model.backend.plan(prepared.meta, self.kv_caches[0][0])
         meta = prepared.meta
-        at = self.overlap.cut(prepared.input_ids.shape[0], meta.num_prefill_tokens, meta.num_decodes)
+        at = self.overlap.cut(prepared.input_ids.shape[0], meta.num_prefill_tokens,
+                              meta.num_decodes)
         if at is not None:
             prepared.nano = nano_batches(prepared.positions, meta, at)
             for part in prepared.nano:
@@ -86,22 +79,18 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, prepared: PreparedBatch, argmax: bool = False) -> torch.Tensor | list[int]:
-        """The sampled rows' logits; with ``argmax``, their greedy tokens from inside the LM head's kernel."""
         # Passed only where cut: a stand-in model (bench.host_path's) takes no such argument.
         split = {} if prepared.nano is None else {"nano": prepared.nano}
         return self.model(prepared.input_ids, prepared.positions, self.kv_caches, prepared.meta,
                           prepared.logits_indices, argmax=argmax, **split)
 
     def fuses_argmax(self, prepared: PreparedBatch) -> bool:
-        """Whether forward(argmax=True) serves this batch (its sampled rows within argmax_rows)."""
         return 0 < len(prepared.logits_indices) <= self.model.argmax_rows
 
 
-def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, tables: BlockTables | None = None,
-                  staging: HostStaging | None = None, decode_lists: bool = True) -> PreparedBatch:
-    """The batch as the forward pass reads it. ``tables``: the block tables kept from earlier
-    iterations (default: a fresh set); ``staging``: the pinned host buffer for a CUDA device (default:
-    pageable). Per-token work is numpy's over the whole batch, but for a decode-only CPU batch."""
+def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device,
+                  tables: BlockTables | None = None, staging: HostStaging | None = None,
+                  decode_lists: bool = True) -> PreparedBatch:
     bs = block_size
     prefills, decodes = batch.prefills, batch.decodes
     if not prefills and decode_lists and device.type == "cpu":
@@ -127,43 +116,43 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device, 
     else:  # one token per request
         query_start_loc = np.arange(len(seqs) + 1)
         token_req, positions, seq_lens = query_start_loc[:-1], start, start + 1
-    # Each request's blocks up to its context, zero after (orca and static reserve blocks beyond it):
-    # the tables stay as wide as the longest context rather than max_model_len.
+    # Blocks up to each context, zero after (orca and static reserve beyond it): the tables stay as
+    # wide as the longest context, not max_model_len.
     cached = (seq_lens + (bs - 1)) // bs
     block_tables = tables.table[rows, : int(cached.max())]
     slots = block_tables[token_req, positions // bs] * np.int64(bs) + positions % bs
-    spare = np.array(held) - cached  # blocks past each request's context
+    spare = np.array(held) - cached
     if spare.any():
-        if spare.min() < 0:  # the rows past its table are zeros: its slots would land in block 0
+        # The rows past its table are zeros: its slots would land in block 0.
+        if spare.min() < 0:
             i = int(spare.argmin())
             raise _too_few_blocks(seqs[i], held[i], int(cached[i]))
         reserved = np.flatnonzero(spare)
         past = np.arange(block_tables.shape[1]) >= cached[reserved, None]
         block_tables[reserved] = np.where(past, 0, block_tables[reserved])
-    # The last token of each request whose chunk reaches its end (a decode always does).
     ends = query_start_loc[1:] - 1
-    logits_indices = ends if all(c.samples for c in prefills) else ends[[c.samples for c in prefills]
-                                                                         + [True] * len(decodes)]
+    logits_indices = (ends if all(c.samples for c in prefills)
+                      else ends[[c.samples for c in prefills] + [True] * len(decodes)])
 
-    (input_ids, positions_t, slot_mapping, logits_t), (query_start_loc_t, seq_lens_t, block_tables_t) = _on_device(
+    ((input_ids, positions_t, slot_mapping, logits_t),
+     (query_start_loc_t, seq_lens_t, block_tables_t)) = _on_device(
         [np.frombuffer(ids, dtype=np.int64), positions, slots, logits_indices],
         [query_start_loc, seq_lens, block_tables.reshape(-1)], device, staging)
     meta = AttentionMetadata(
-        num_prefills=len(prefills), num_decodes=len(decodes), num_prefill_tokens=batch.num_prefill_tokens,
-        query_start_loc=query_start_loc_t, seq_lens=seq_lens_t, block_tables=block_tables_t.view(block_tables.shape),
+        num_prefills=len(prefills), num_decodes=len(decodes),
+        num_prefill_tokens=batch.num_prefill_tokens, query_start_loc=query_start_loc_t,
+        seq_lens=seq_lens_t, block_tables=block_tables_t.view(block_tables.shape),
         slot_mapping=slot_mapping, query_lens_host=query_lens, seq_lens_host=seq_lens.tolist(),
         max_query_len=max(query_lens))
     return PreparedBatch(input_ids, positions_t, meta, logits_t)
 
 
-# Block-table entries up to which a decode-only CPU batch copies its tables from the requests' lists
-# rather than gathering the kept rows, whose fixed cost is higher while the host's caches are cold.
+# Up to this many entries a CPU decode batch copies tables from the requests' lists: gathering the
+# kept rows costs more while the host's caches are cold.
 LIST_TABLE_ENTRIES = 4096
 
 
 def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> PreparedBatch:
-    """A decode-only batch's tensors on the CPU over Python arrays, visiting each decode once
-    (docs/cpu_engine.md); block tables from the requests' lists while small, else the kept rows."""
     n = len(decodes)
     ids, positions, slots, seq_lens = array("q"), array("q"), array("q"), array("i")
     width, reserved = 0, False
@@ -184,7 +173,7 @@ def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> P
         for seq, context in zip(decodes, seq_lens):
             cached = (context - 1) // bs + 1
             flat.extend(seq.block_table[:cached] if reserved else seq.block_table)
-            if cached < width:  # zeros past its blocks
+            if cached < width:
                 flat.frombytes(bytes(4 * (width - cached)))
         block_tables = torch.frombuffer(flat, dtype=torch.int32).view(n, width)
     else:
@@ -201,24 +190,24 @@ def _cpu_decode_tensors(decodes: list, bs: int, tables: BlockTables | None) -> P
         seq_lens=frombuffer(seq_lens, dtype=torch.int32), block_tables=block_tables,
         slot_mapping=frombuffer(slots, dtype=torch.int64), query_lens_host=[1] * n,
         seq_lens_host=seq_lens.tolist(), max_query_len=1)
-    # A decode always samples, and its row is its own (one token each).
-    return PreparedBatch(frombuffer(ids, dtype=torch.int64), frombuffer(positions, dtype=torch.int64), meta,
+    return PreparedBatch(frombuffer(ids, dtype=torch.int64),
+                         frombuffer(positions, dtype=torch.int64), meta,
                          frombuffer(array("q", range(n)), dtype=torch.int64))
 
 
 def _too_few_blocks(seq, held: int, cached: int) -> ValueError:
     """Refused where the kept table's zero padding would send the request's keys to block 0."""
     return ValueError(f"request {seq.seq_id} holds {held} KV blocks, fewer than the {cached} "
-                      "its context needs: the scheduler must allocate a step's blocks before it runs")
+                      "its context needs: the scheduler must allocate a step's blocks before it "
+                      "runs")
 
 
 def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.device,
                staging: HostStaging | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The parts as int64 and int32 tensors on ``device``: on the CPU the host arrays themselves
-    (the int32 ones converted); elsewhere views of one host-to-device copy of one host buffer
-    (``packed``), asynchronous from ``staging``'s pinned memory."""
+    """Elsewhere than the CPU, views of one asynchronous host-to-device copy."""
     if device.type == "cpu":
-        return ([torch.from_numpy(p) for p in longs], [torch.from_numpy(p.astype(np.int32, copy=False)) for p in ints])
+        return ([torch.from_numpy(p) for p in longs],
+                [torch.from_numpy(p.astype(np.int32, copy=False)) for p in ints])
     host, spans = packed(longs, ints, staging.buffer if staging is not None else pageable)
     flat = host.to(device, non_blocking=staging is not None)
     if staging is not None:
@@ -227,16 +216,13 @@ def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.de
     return views[: len(longs)], views[len(longs):]
 
 
-# Where each part starts in the packed buffer: Triton compiles a kernel again (and keeps each
-# version) for every new combination of its pointer arguments' 16-byte alignment, so parts at
-# offsets that move with the batch's sizes would make new batch shapes compile kernels mid-run.
+# Triton compiles a kernel again for each new combination of its pointers' 16-byte alignment:
+# parts at offsets moving with the batch's sizes would compile kernels mid-run.
 PART_ALIGN = 16
 
 
-def packed(longs: list[np.ndarray], ints: list[np.ndarray],
-           alloc: Callable[[int], torch.Tensor]) -> tuple[torch.Tensor, list[tuple[int, int, torch.dtype]]]:
-    """The parts (int64s, then int32s) written into one uint8 host buffer from ``alloc(nbytes)``,
-    each starting on a PART_ALIGN-byte boundary, and where each lies: (byte offset, count, dtype)."""
+def packed(longs: list[np.ndarray], ints: list[np.ndarray], alloc: Callable[[int], torch.Tensor]
+           ) -> tuple[torch.Tensor, list[tuple[int, int, torch.dtype]]]:
     parts = [(p, torch.int64) for p in longs] + [(p, torch.int32) for p in ints]
     spans, end = pack_layout([len(p) for p in longs], [len(p) for p in ints])
     host = alloc(end)
@@ -247,8 +233,8 @@ def packed(longs: list[np.ndarray], ints: list[np.ndarray],
     return host, spans
 
 
-def pack_layout(longs: list[int], ints: list[int]) -> tuple[list[tuple[int, int, torch.dtype]], int]:
-    """Where ``packed`` puts parts of these many int64s, then int32s, and the bytes they take in all."""
+def pack_layout(longs: list[int], ints: list[int]
+                ) -> tuple[list[tuple[int, int, torch.dtype]], int]:
     spans, end = [], 0
     for n, dtype in [(n, torch.int64) for n in longs] + [(n, torch.int32) for n in ints]:
         spans.append((end, n, dtype))
@@ -257,10 +243,8 @@ def pack_layout(longs: list[int], ints: list[int]) -> tuple[list[tuple[int, int,
 
 
 def unpacked(flat: torch.Tensor, spans: list[tuple[int, int, torch.dtype]]) -> list[torch.Tensor]:
-    """The parts ``packed`` wrote, as views of ``flat`` (that buffer, or its copy on a device)."""
     return [flat[offset : offset + n * dtype.itemsize].view(dtype) for offset, n, dtype in spans]
 
 
 def pageable(nbytes: int) -> torch.Tensor:
-    """A pageable host buffer of ``nbytes`` bytes (uint8), for ``packed``."""
     return torch.empty(nbytes, dtype=torch.uint8)

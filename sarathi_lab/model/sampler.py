@@ -1,6 +1,5 @@
-"""Next-token choice from the logits of the requests that reached the end of their tokens. Each row's
-draw is keyed by (seed, request, position), so a request's tokens never depend on its batch
-(docs/cpu_engine.md)."""
+"""Next-token choice. Each row's draw is keyed by (seed, request, position), so a request's tokens
+never depend on its batch (docs/cpu_engine.md)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,38 +17,37 @@ class Sampler:
         self.params = params
         self.seed = params.seed if params.seed is not None else 0
         self.greedy = params.temperature == 0
-        # T is divided as a float32, where below float32's smallest normal it would round to 0 (0 / 0).
+        # T is divided as a float32: below float32's smallest normal it would round to 0 (0 / 0).
         self.temperature = max(params.temperature, torch.finfo(torch.float32).tiny)
 
-    def __call__(self, logits: torch.Tensor, keys: Sequence[tuple[int, int]] | None = None) -> list[int]:
-        """``keys[i]`` is row i's (request key, position of the token it samples); greedy needs none."""
+    def __call__(self, logits: torch.Tensor,
+                 keys: Sequence[tuple[int, int]] | None = None) -> list[int]:
         if self.greedy:
             # torch's CPU argmax is scalar code.
             if cpu_ops.supports(logits) and logits.is_contiguous():
                 return cpu_ops.argmax(logits)
             return logits.argmax(dim=-1).tolist()
         if keys is None or len(keys) != logits.shape[0]:
-            raise ValueError(f"sampling needs one (request, position) key per row: {logits.shape[0]} rows, "
-                             f"keys {None if keys is None else len(keys)}")
+            raise ValueError(f"sampling needs one (request, position) key per row: "
+                             f"{logits.shape[0]} rows, keys {None if keys is None else len(keys)}")
         uniforms = [uniform(self.seed, request, position) for request, position in keys]
         if cpu_ops.supports(logits) and logits.is_contiguous():
-            # torch_draw's draw in one kernel (csrc/sample_cpu.cpp), the nucleus found without a sort.
+            # torch_draw's draw in one kernel (csrc/sample_cpu.cpp), the nucleus without a sort.
             tokens = cpu_ops.sample(logits, self.temperature, self.params.top_p, uniforms)
             if tokens is not None:
                 return tokens
         return self.torch_draw(logits, uniforms)
 
     def torch_draw(self, logits: torch.Tensor, uniforms: list[float]) -> list[int]:
-        """The draw in torch ops, row i's at uniforms[i]: CUDA's path, and the CPU's without the
-        kernels (or for rows the kernel leaves to it)."""
         logits = logits.float()
-        # Shifted to a maximum of 0 before dividing: logits / T overflows to inf (softmax: NaN) for a
-        # tiny T, where (logits - max) / T only reaches -inf, which softmax takes as probability 0.
+        # Shifted to a maximum of 0 first: for a tiny T, logits / T overflows to inf (softmax: NaN);
+        # (logits - max) / T only reaches -inf, probability 0.
         shifted = logits - logits.amax(dim=-1, keepdim=True)
         probs = torch.softmax(shifted / self.temperature, dim=-1)
-        # NaN or +inf logits, or a row of -inf only, leave NaN: the search would land outside the row.
+        # NaN or +inf logits, or a row of -inf only, leave NaN: the search would leave the row.
         if bool(torch.isnan(probs).any()):
-            raise ValueError(f"sampling: logits rows {torch.isnan(probs).any(dim=-1).nonzero().flatten().tolist()} "
+            raise ValueError(f"sampling: logits rows "
+                             f"{torch.isnan(probs).any(dim=-1).nonzero().flatten().tolist()} "
                              "hold NaN or +inf, or only -inf: no distribution to sample from")
         order = None
         if self.params.top_p < 1.0:
@@ -59,8 +57,8 @@ class Sampler:
             cdf = probs.cumsum(dim=-1)
             total = cdf[:, -1:]
         u = torch.tensor(uniforms, dtype=torch.float32).to(logits.device).unsqueeze(1)
-        # Strictly below the nucleus' mass, so that the search lands inside it whatever u * total
-        # rounds to; right=True skips tokens of probability 0, whose CDF equals their predecessor's.
+        # Strictly below the nucleus' mass, so the search lands inside it however u * total rounds;
+        # right=True skips tokens of probability 0 (their CDF equals their predecessor's).
         x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
         chosen = torch.searchsorted(cdf, x, right=True)
         if order is not None:
@@ -69,25 +67,21 @@ class Sampler:
 
 
 class Samples:
-    """An executor that samples its batches' tokens on this host: greedily until ``start`` gives a call's
-    parameters."""
+    """Greedy until ``start`` gives a call's parameters."""
     sampler = Sampler(SamplingParams())
 
     def start(self, sampling: SamplingParams) -> None:
         self.sampler = Sampler(sampling)
 
     def sample(self, logits: torch.Tensor, seqs: Sequence) -> list[int]:
-        """The token of each of ``seqs`` (a batch's sampled requests) from its row of ``logits``. Greedy rows
-        need no keys (building them reads every request's state again)."""
         greedy = self.sampler.greedy
-        return self.sampler(logits, None if greedy else [(s.sample_key, s.num_generated) for s in seqs])
+        return self.sampler(logits, None if greedy
+                            else [(s.sample_key, s.num_generated) for s in seqs])
 
 
 def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
                  top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The rows' tokens by descending logit (ties in id order) until each row's mass reaches top_p, the
-    one crossing it included: probabilities, ids, running mass and the nucleus' size [rows, 1]. topk
-    for peaked rows, a stable sort for flat ones: the same order either way (docs/cpu_engine.md)."""
+    """topk for peaked rows, a stable sort for flat ones: the same order either way."""
     vocab = probs.shape[-1]
     for k in (64, 1024):
         if k >= vocab // 4:
@@ -96,9 +90,10 @@ def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
         top = probs.gather(-1, ids)
         cdf = top.cumsum(dim=-1)
         kept = ((cdf - top) < top_p).sum(dim=-1, keepdim=True)
-        # topk picks among tokens tied with its k-th at will: its answer stands where every row's
-        # nucleus ends on a logit above the k-th, so that no token tied with one inside is left out.
-        if bool(((cdf[:, -1] >= top_p) & (highest.gather(-1, kept - 1)[:, 0] > highest[:, -1])).all()):
+        # topk picks among tokens tied with its k-th at will: it stands where every nucleus ends on
+        # a logit above the k-th, so no token tied with one inside is left out.
+        if bool(((cdf[:, -1] >= top_p)
+                 & (highest.gather(-1, kept - 1)[:, 0] > highest[:, -1])).all()):
             return top, _ids_by_id_within_ties(highest, ids), cdf, kept
     ids = logits.sort(dim=-1, descending=True, stable=True).indices
     top = probs.gather(-1, ids)
@@ -107,8 +102,6 @@ def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
 
 
 def _ids_by_id_within_ties(top: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """topk's ids with tokens of equal logit (``top``, in descending order) in id order, as the stable
-    sort leaves them (topk orders ties as it pleases); their probabilities are equal too."""
     if not bool((top[:, 1:] == top[:, :-1]).any()):
         return ids  # no ties: two sorts spared
     ids, by_id = ids.sort(dim=-1)
@@ -116,8 +109,7 @@ def _ids_by_id_within_ties(top: torch.Tensor, ids: torch.Tensor) -> torch.Tensor
 
 
 def uniform(seed: int, request: int, position: int) -> float:
-    """A uniform in [0, 1) with 24 bits, exact in float32, from SplitMix64's finaliser (Steele, Lea
-    and Flood, OOPSLA 2014) chained over the three integers: a counter-based draw, no state."""
+    """SplitMix64's finaliser chained over the integers: a counter-based draw, exact in float32."""
     z = _splitmix64(_splitmix64(_splitmix64(seed) ^ request) ^ position)
     return (z >> 40) / 2**24
 

@@ -1,7 +1,5 @@
-"""A decoder's shape and the arithmetic on it: parameters, bytes of weights, of a token's KV and of its
-activations, and the flops and bytes of one iteration and of one layer's attention alone. The one home
-of this arithmetic for the engine's memory plan, the simulator and the roofline floors; torch-free
-(sizes are elements times ``elem_bytes``)."""
+"""A decoder's shape and its arithmetic (parameters, bytes, flops): the one home for the memory
+plan, the simulator and the roofline floors; torch-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,18 +14,16 @@ def head_dim_of(config: ModelConfig) -> int:
 
 
 def kv_heads_of(config: ModelConfig) -> int:
-    """Key/value heads: a config without num_key_value_heads (or with None) has multi-head attention."""
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
 # Hugging Face model types whose MLP is plain (up, activation, down): no gate projection.
-PLAIN_MLP_TYPES = frozenset({"phi", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "mpt",
-                             "starcoder2"})
+PLAIN_MLP_TYPES = frozenset({"phi", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon",
+                             "bloom", "mpt", "starcoder2"})
 
 
 def is_gated(config: ModelConfig) -> bool:
-    """LLaMA's gated MLP, unless the model type has a plain one (phi-2's fc1, GELU, fc2); a config
-    of vidur's measured shapes says plain by its activation, gelu_new, as phi-2's."""
+    """vidur's measured shapes say plain by gelu_new, as phi-2's."""
     return (getattr(config, "model_type", None) not in PLAIN_MLP_TYPES
             and getattr(config, "hidden_act", "silu") != "gelu_new")
 
@@ -42,19 +38,17 @@ class Shape:
     head_dim: int
     vocab: int
     tied_embeddings: bool = False
-    # A gated MLP (gate and up projections, LLaMA's) or a plain one (one up projection, phi-2's).
     gated: bool = True
 
     @classmethod
     def of(cls, config: ModelConfig) -> Shape:
         return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers,
-                   config.num_attention_heads, kv_heads_of(config),
-                   head_dim_of(config), config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)),
+                   config.num_attention_heads, kv_heads_of(config), head_dim_of(config),
+                   config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)),
                    is_gated(config))
 
     @property
     def gemms(self) -> dict[str, tuple[int, int]]:
-        """(K, N) of each of a layer's projections."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return {"qkv_proj": (self.hidden, q + 2 * kv), "o_proj": (q, self.hidden),
                 "gate_up_proj": (self.hidden, (2 if self.gated else 1) * self.intermediate),
@@ -74,51 +68,43 @@ class Shape:
         return self.num_parameters * elem_bytes
 
     def kv_bytes_per_token(self, elem_bytes: int, layers: int | None = None) -> int:
-        """Keys and values of one token in every layer (or in ``layers`` of them)."""
-        return kv_token_bytes(self.kv_heads, self.head_dim, elem_bytes) * (self.layers if layers is None else layers)
+        return (kv_token_bytes(self.kv_heads, self.head_dim, elem_bytes)
+                * (self.layers if layers is None else layers))
 
     @property
     def attention_flops_per_pair(self) -> int:
         return attention_flops_per_pair(self.heads, self.head_dim)
 
     def elementwise_bytes_per_token(self, elem_bytes: int) -> dict[str, int]:
-        """One layer's elementwise passes per token, as the engine fuses them: two add-RMSNorms (input
-        and residual read, both written), RoPE with the KV write (q, k, v read; q and the cache's k, v
-        written) and the activation (a gated MLP's two halves read, their product written)."""
+        """One layer's elementwise passes per token, as the engine fuses them."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return {"norms": 2 * 4 * self.hidden * elem_bytes, "rope_kv_write": 2 * (q + 2 * kv) * elem_bytes,
+        return {"norms": 2 * 4 * self.hidden * elem_bytes,
+                "rope_kv_write": 2 * (q + 2 * kv) * elem_bytes,
                 "activation": (3 if self.gated else 2) * self.intermediate * elem_bytes}
 
     def activation_bytes_per_token(self, elem_bytes: int) -> int:
-        """Peak live activations per token of one forward: the residual stream, the fused qkv output,
-        the gated MLP's two halves and their product (a plain one's output and its activation), and
-        float32 logits (an upper bound: the engine computes logits only for the rows it samples)."""
+        """Peak per token; float32 logits for every token are an upper bound."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         mlp = (3 if self.gated else 2) * self.intermediate
         return (2 * self.hidden + q + 2 * kv + mlp) * elem_bytes + 4 * self.vocab
 
 
 def kv_token_bytes(kv_heads: int, head_dim: int, elem_bytes: int) -> int:
-    """Keys and values of one token in one layer."""
     return 2 * kv_heads * head_dim * elem_bytes
 
 
 def attention_flops_per_pair(heads: int, head_dim: int) -> int:
-    """One layer's flops per (query, key) pair: QK^T and PV, two multiply-adds per head element."""
     return 4 * heads * head_dim
 
 
 def visible_pairs(query_len: int, context_len: int) -> int:
-    """(query, key) pairs a causal chunk attends to: row r of the chunk sees context_len - query_len + r + 1 keys."""
     before = context_len - query_len
     return query_len * before + query_len * (query_len + 1) // 2
 
 
-def attention_cost(heads: int, kv_heads: int, head_dim: int, query_lens: list[int], context_lens: list[int],
-                   elem_bytes: int) -> tuple[float, float]:
-    """(flops, bytes) of one layer's attention alone over requests with these query and context lengths
-    (context includes this step's tokens): QK^T and PV over the causally visible pairs, and the least a
-    kernel moves: each request's keys and values read once, its queries read and its outputs written."""
+def attention_cost(heads: int, kv_heads: int, head_dim: int, query_lens: list[int],
+                   context_lens: list[int], elem_bytes: int) -> tuple[float, float]:
+    """(flops, bytes) of one layer's attention, the least a kernel moves."""
     pairs = sum(visible_pairs(q, c) for q, c in zip(query_lens, context_lens))
     flops = attention_flops_per_pair(heads, head_dim) * pairs
     kv = kv_token_bytes(kv_heads, head_dim, elem_bytes) * sum(context_lens)
@@ -128,12 +114,12 @@ def attention_cost(heads: int, kv_heads: int, head_dim: int, query_lens: list[in
 
 def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
                    elem_bytes: int) -> tuple[float, float]:
-    """(flops, bytes) of one iteration over requests with these query and context lengths (context
-    includes this step's tokens), sampling ``num_sampled`` rows: the least an iteration must do."""
+    """(flops, bytes) the least an iteration must do."""
     tokens = sum(query_lens)
     s = shape
     linear_flops = 2 * tokens * s.layer_linear_params * s.layers
-    attn_flops = s.layers * attention_cost(s.heads, s.kv_heads, s.head_dim, query_lens, context_lens, elem_bytes)[0]
+    attn_flops = s.layers * attention_cost(s.heads, s.kv_heads, s.head_dim, query_lens,
+                                           context_lens, elem_bytes)[0]
     head_flops = 2 * num_sampled * s.hidden * s.vocab
     weight_bytes = s.layer_linear_params * s.layers * elem_bytes
     weight_bytes += (s.hidden * s.vocab * elem_bytes) if num_sampled else 0
@@ -145,13 +131,10 @@ def iteration_cost(shape: Shape, query_lens: list[int], context_lens: list[int],
 
 def kernel_costs(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
                  elem_bytes: int) -> dict[str, tuple[float, float]]:
-    """(flops, bytes) of each kernel an iteration cannot do without, over all layers: each projection
-    GEMM (its weights, and its input and output activations: a kernel of its own reads and writes them),
-    the attention (``attention_cost``), the KV write, the embedding gather and, when sampled, the LM head.
-    Their flops add up to ``iteration_cost``'s and their bytes to at least its: the bytes a kernel run
-    alone moves that a fused iteration could keep on chip are what separates the two floors."""
+    """Bytes exceed ``iteration_cost``'s by what a fused iteration could keep on chip."""
     tokens, s = sum(query_lens), shape
-    costs = {name: (2.0 * tokens * k * n * s.layers, float((k * n + tokens * (k + n)) * elem_bytes * s.layers))
+    costs = {name: (2.0 * tokens * k * n * s.layers,
+                    float((k * n + tokens * (k + n)) * elem_bytes * s.layers))
              for name, (k, n) in s.gemms.items()}
     attn = attention_cost(s.heads, s.kv_heads, s.head_dim, query_lens, context_lens, elem_bytes)
     costs["attention"] = (attn[0] * s.layers, attn[1] * s.layers)
@@ -159,5 +142,6 @@ def kernel_costs(shape: Shape, query_lens: list[int], context_lens: list[int], n
     costs["embedding"] = (0.0, float(2 * tokens * s.hidden * elem_bytes))
     if num_sampled:
         costs["lm_head"] = (2.0 * num_sampled * s.hidden * s.vocab,
-                            float((s.hidden * s.vocab + num_sampled * (s.hidden + s.vocab)) * elem_bytes))
+                            float((s.hidden * s.vocab + num_sampled * (s.hidden + s.vocab))
+                                  * elem_bytes))
     return costs

@@ -1,8 +1,6 @@
-"""A decoder's architecture as plain data: what the memory plan, the shape arithmetic (model.shape) and
-the simulator read of a model, under Hugging Face's attribute names, so that each of them takes this or
-a transformers config alike. A preset is one of these (model.presets); only building a real model
-turns it into a transformers config (``hf_config``), so that a run that builds none (the simulator)
-never imports transformers."""
+"""A decoder's architecture as plain data under Hugging Face's attribute names, so readers take it
+or a transformers config alike; a run that builds no model (the simulator) never imports
+transformers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,11 +9,11 @@ from typing import TYPE_CHECKING, Union
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-# The model types a spec can stand for, each with the architecture the decoder builds for it.
 ARCHITECTURE_OF = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
 
 
-@dataclass  # not frozen: sharding copies a config and sets its per-GPU sizes, as on a transformers one
+# Not frozen: sharding copies a config and sets its per-GPU sizes, as on a transformers one.
+@dataclass
 class ModelSpec:
     model_type: str
     hidden_size: int
@@ -25,19 +23,19 @@ class ModelSpec:
     num_key_value_heads: int
     vocab_size: int
     max_position_embeddings: int
-    # None: hidden_size / num_attention_heads, as transformers' LLaMA config derives it.
+    # None: hidden_size / num_attention_heads, as transformers derives it.
     head_dim: int | None = None
     tie_word_embeddings: bool = False
     hidden_act: str = "silu"
     rope_theta: float = 10000.0
-    # Mistral's config has a window (None: full attention); LLaMA's none.
     sliding_window: int | None = None
-    # LLaMA's tokenizer's </s>, transformers' default for these configs: the token that ends a request.
+    # LLaMA's </s>, transformers' default for these configs.
     eos_token_id: int | None = 2
 
     def __post_init__(self):
         if self.model_type not in ARCHITECTURE_OF:
-            raise ValueError(f"model_type={self.model_type!r} is invalid: allowed {', '.join(ARCHITECTURE_OF)}")
+            raise ValueError(f"model_type={self.model_type!r} is invalid: allowed "
+                             f"{', '.join(ARCHITECTURE_OF)}")
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
 
@@ -46,26 +44,25 @@ class ModelSpec:
         return [ARCHITECTURE_OF[self.model_type]]
 
     def to_hf(self) -> PretrainedConfig:
-        """The transformers config a real model is built from (random weights: nothing else to load)."""
         from transformers import LlamaConfig, MistralConfig
 
         config_class = {"llama": LlamaConfig, "mistral": MistralConfig}[self.model_type]
         window = {"sliding_window": self.sliding_window} if self.model_type == "mistral" else {}
         config = config_class(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                              intermediate_size=self.intermediate_size, num_hidden_layers=self.num_hidden_layers,
+                              intermediate_size=self.intermediate_size,
+                              num_hidden_layers=self.num_hidden_layers,
                               num_attention_heads=self.num_attention_heads,
                               num_key_value_heads=self.num_key_value_heads,
-                              max_position_embeddings=self.max_position_embeddings, head_dim=self.head_dim,
-                              tie_word_embeddings=self.tie_word_embeddings, hidden_act=self.hidden_act,
-                              rope_theta=self.rope_theta, eos_token_id=self.eos_token_id, **window)
+                              max_position_embeddings=self.max_position_embeddings,
+                              head_dim=self.head_dim, tie_word_embeddings=self.tie_word_embeddings,
+                              hidden_act=self.hidden_act, rope_theta=self.rope_theta,
+                              eos_token_id=self.eos_token_id, **window)
         config.architectures = self.architectures
         return config
 
 
-# What model code takes: a spec (a preset) or a transformers config (a model directory's).
 ModelConfig = Union[ModelSpec, "PretrainedConfig"]
 
 
 def hf_config(config: ModelConfig) -> PretrainedConfig:
-    """``config`` as a transformers config: what building or saving a real model needs."""
     return config.to_hf() if isinstance(config, ModelSpec) else config

@@ -1,7 +1,4 @@
-"""The two streams nano-batches run on: the forward's own ("main") and a side stream, joined by
-events, as torch.cuda.graph's capture of several streams asks (the side stream's first work waits
-on an event of the capturing stream, and that stream waits on the side's last event). Off CUDA every
-call runs in the order issued, which already respects every join."""
+"""The two streams nano-batches run on, joined by events as a multi-stream graph capture asks."""
 from __future__ import annotations
 
 import contextlib
@@ -22,12 +19,10 @@ class StreamPair(Protocol):
         """Work issued inside runs on the side stream."""
 
     def hand(self, tensor: torch.Tensor, stream: str) -> None:
-        """``tensor`` is also used on ``stream``: the allocator must not reuse its memory before
-        that stream's work on it is done."""
+        """The allocator must not reuse ``tensor`` before ``stream``'s work on it is done."""
 
 
 class InOrder:
-    """Off CUDA: everything runs in the order issued."""
 
     def mark(self, stream: str):
         return None
@@ -48,8 +43,6 @@ def _side_stream(device: torch.device):
 
 
 class CudaStreams:
-    """The current CUDA stream (a graph's capture stream while capturing) and one side stream kept
-    per device."""
 
     def __init__(self, device: torch.device):
         self.streams = {"main": torch.cuda.current_stream(device), "side": _side_stream(device)}

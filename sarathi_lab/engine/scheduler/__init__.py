@@ -1,5 +1,4 @@
-"""Schedulers register themselves by name on import; every module of this package is imported here,
-so that a new scheduler is its own file and nothing else lists it."""
+"""Every module here is imported, registering its scheduler: a new scheduler is its own file."""
 import importlib
 import pkgutil
 
@@ -17,5 +16,5 @@ from sarathi_lab.engine.scheduler.base import (
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["Scheduler", "SchedulerConfig", "knob_names", "make_scheduler", "register_scheduler", "scheduler_class",
-           "scheduler_config", "scheduler_names"]
+__all__ = ["Scheduler", "SchedulerConfig", "knob_names", "make_scheduler", "register_scheduler",
+           "scheduler_class", "scheduler_config", "scheduler_names"]

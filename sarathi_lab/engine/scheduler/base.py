@@ -1,9 +1,5 @@
-"""The interface every scheduler implements, the bookkeeping they share, and the name registry. A
-scheduler sees requests and blocks, never tensors. When the cache runs out the newest running request
-is preempted (its tokens recomputed later), as in vLLM, so the oldest always makes progress. As in
-sarathi-serve's and vidur's baselines, the paged schedulers take a request's blocks as its tokens
-arrive; orca and static (FasterTransformer) reserve ``max_model_len`` tokens' blocks on admission, so
-a request is never preempted but the cache holds fewer at once."""
+"""The scheduler interface and registry. Out of cache the newest request is preempted (as in vLLM),
+so the oldest progresses; orca and static reserve max_model_len on admission instead."""
 from __future__ import annotations
 
 import bisect
@@ -15,7 +11,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sarathi_lab.config import ENGINE_FIELDS, SETTING, ConfigError, check_choice, check_fields, settings_of
+from sarathi_lab.config import (
+    ENGINE_FIELDS,
+    SETTING,
+    ConfigError,
+    check_choice,
+    check_fields,
+    settings_of,
+)
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
 from sarathi_lab.engine.sequence import Sequence, Status, append_tokens, split_prefilling
@@ -25,111 +28,88 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
-    """What every scheduler is configured by. A scheduler with knobs of its own declares them in a
-    subclass, its ``Config``, built by keyword from the engine's settings (``of``). Each value is
-    checked against its annotation, and a count (an int) must be > 0; a knob with other bounds checks
-    them in the subclass's ``__post_init__``. The knobs that are no field of EngineConfig (``knobs``)
-    are set from the scheduler's YAML (conf/scheduler/NAME.yaml) or LLM's keyword arguments."""
     max_batch_size: int
-    # The longest request (prompt + new tokens); what orca and static reserve for each one.
     max_model_len: int
-    # {field: the engine setting it is read from} where the scheduler's own word for it differs
-    # (sarathi_serve's token_budget is the engine's chunk_size): one setting, one name in the engine.
+    # {field: engine setting} where the scheduler's word differs: one name in the engine.
     reads_as: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self):
-        # The engine's settings it reads were checked by EngineConfig: only its own knobs here.
         check_fields(self, positive=True, keys=self.key, held=self.held())
 
     def key(self, name: str) -> str:
-        """The engine setting its field ``name`` is read from, as a refusal names it."""
         return SETTING(self.reads_as.get(name, name))
 
     def setting(self, name: str) -> str:
-        """``key=value`` of its field ``name``, as a refusal of it begins."""
         return SETTING.set(self.reads_as.get(name, name), getattr(self, name))
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
-        """This config from the engine's settings, a superset: each scheduler reads only its knobs."""
         named = {f.name: cls.reads_as.get(f.name, f.name) for f in settings_of(cls)}
         return cls(**{name: settings[by] for name, by in named.items() if by in settings})
 
     @classmethod
     def reads(cls) -> frozenset[str]:
-        """The engine settings and knobs this config is built from, by the names they are set by."""
         return frozenset(cls.reads_as.get(f.name, f.name) for f in settings_of(cls))
 
     @property
     def chunk_alignment(self) -> str:
-        """How its chunks are aligned to GEMM tiles: "none" here, every chunk as set (sarathi's own knob)."""
         return "none"
 
     @classmethod
     def held(cls) -> frozenset[str]:
-        """Its fields read from EngineConfig's settings, which that config holds and checks."""
         return frozenset(f.name for f in settings_of(cls)) - set(cls.knobs())
 
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
-        """The fields that EngineConfig does not hold: set through its ``scheduler_knobs``."""
-        return tuple(f.name for f in settings_of(cls) if cls.reads_as.get(f.name, f.name) not in ENGINE_FIELDS)
+        return tuple(f.name for f in settings_of(cls)
+                     if cls.reads_as.get(f.name, f.name) not in ENGINE_FIELDS)
 
 
 class Scheduler(ABC):
     name: str
     Config: type[SchedulerConfig] = SchedulerConfig
-    # Whether admission takes the blocks of max_model_len tokens (orca, static) rather than those of
-    # the request's uncomputed tokens.
     reserves_max_model_len = False
-    # Whether it prefills prompts whole (vllm, orca, static): one iteration then holds as many as its
-    # batch and the KV cache do, so a GPU's cache and that iteration's activations are sized together.
+    # An iteration may hold as many tokens as the cache: both are sized together on a GPU.
     prefills_whole_prompts = False
 
     @classmethod
     def largest_iteration_tokens(cls, config: SchedulerConfig) -> int | None:
-        """The most tokens one of its iterations holds, which a GPU keeps activations for; None: only
-        its batch (max_batch_size prompts of max_model_len tokens) and the KV cache bound it."""
+        """A GPU keeps activations for this many tokens; None: the batch and cache bound it."""
         return None
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
         self.config = config
         self.blocks = block_manager
         if (why := self.cache_refusal(config, block_manager)) is not None:
-            raise ConfigError(f"{SETTING.set('num_kv_blocks', block_manager.num_blocks)} is invalid{why}")
-        self.waiting: list[Sequence] = []  # kept in arrival order, preempted requests included
-        self.running: list[Sequence] = []  # in arrival order too
-        self.in_flight: set[int] = set()  # ids held out of scheduling (see schedule)
+            raise ConfigError(f"{SETTING.set('num_kv_blocks', block_manager.num_blocks)} is "
+                              f"invalid{why}")
+        self.waiting: list[Sequence] = []  # in arrival order, preempted requests included
+        self.running: list[Sequence] = []
+        self.in_flight: set[int] = set()  # see schedule
 
     @classmethod
     def cache_refusal(cls, config: SchedulerConfig, block_manager: BlockManager) -> str | None:
-        """Why a cache of ``block_manager``'s blocks cannot hold the blocks this scheduler reserves for
-        one request (what follows "is invalid" in its refusal), None where it can: the plan names the
-        setting that sized the cache (plan.build_scheduler)."""
+        """What follows "is invalid" where one request's reserved blocks don't fit."""
         need = cls.reserved_blocks(config.max_model_len, block_manager.block_size)
         kept = block_manager.watermark_blocks
         if need <= block_manager.admissible_blocks:
             return None
         beside = f" beside the {kept} its {config.key('kv_watermark')} keeps free" if kept else ""
-        return (f" with {config.key('scheduler')}={cls.name}: it reserves {config.setting('max_model_len')} tokens "
-                f"({need} blocks) for each request{beside}; allowed: >= {need + kept} blocks, or a smaller "
+        return (f" with {config.key('scheduler')}={cls.name}: it reserves "
+                f"{config.setting('max_model_len')} tokens ({need} blocks) for each "
+                f"request{beside}; allowed: >= {need + kept} blocks, or a smaller "
                 f"{config.key('max_model_len')}")
 
     @classmethod
     def reserved_blocks(cls, max_model_len: int, block_size: int) -> int:
-        """The blocks reserved for each admitted request: those of max_model_len tokens for orca and
-        static; 0 for the paged schedulers, which take blocks as tokens arrive."""
         return blocks_for(max_model_len, block_size) if cls.reserves_max_model_len else 0
 
     def refusal(self, total: int) -> str | None:
-        """Why a request of ``total`` tokens (prompt + new) can never run here; None if it can. The one
-        check that a request fits: ``add`` refuses by it, and LLM and the harness's preflight check
-        a call's or a workload's requests by it before any runs."""
+        """The one fit check (``add``, LLM and the preflight use it)."""
         if total > self.config.max_model_len:
             return f"has {total} tokens, more than max_model_len={self.config.max_model_len}"
-        # Its last token is never cached. One that cannot fit even alone would be preempted and
-        # rescheduled forever (sarathi_serve) or stall the engine; preempted after its prefill, it
-        # is readmitted with all its cached tokens, beside the watermark.
+        # Its last token is never cached. One that can't fit alone would be preempted forever or
+        # stall the engine; preempted, it is readmitted with all its cached tokens.
         cached, blocks = total - 1, self.blocks
         if cached > blocks.admissible_tokens:
             held = blocks.num_blocks * blocks.block_size
@@ -150,11 +130,8 @@ class Scheduler(ABC):
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
-        """The next iteration's batch, a snapshot; empty only when nothing has arrived to run, or every
-        running request is ``in_flight`` (ids held out: a pipeline's micro-batch on its way, whose
-        output their next tokens need). With any held out, or more running than ``max_batch_size``,
-        the policy sees the oldest ``max_batch_size`` of the others as the running ones: micro-batches
-        that come back together must not merge into one."""
+        """The policy sees the oldest ``max_batch_size`` not ``in_flight``: micro-batches that come
+        back together must not merge into one."""
         batch = ScheduledBatch()
         everyone, cap = self.running, self.config.max_batch_size
         if not self.in_flight and len(everyone) <= cap:
@@ -172,12 +149,10 @@ class Scheduler(ABC):
 
     @abstractmethod
     def compose(self, batch: ScheduledBatch) -> None:
-        """The policy: fills ``batch`` with the next iteration's chunks and decodes."""
+        """The policy."""
 
     def update(self, batch: ScheduledBatch, tokens: list[int]) -> list[Sequence]:
-        """After the forward pass (vLLM's update_from_output): the scheduled tokens are now cached,
-        each sampled request gets its new token, and finished requests give back their blocks.
-        The scheduler is the one owner of request state. Returns the requests that finished."""
+        """vLLM's update_from_output: the scheduler alone owns request state."""
         sampled = batch.sampled
         if len(tokens) != len(sampled):
             raise ValueError(f"{len(tokens)} tokens for {len(sampled)} sampled requests")
@@ -193,7 +168,6 @@ class Scheduler(ABC):
         return finished
 
     def abort_all(self) -> list[Sequence]:
-        """Drop every request (a generate call that did not finish): blocks back, queues empty."""
         dropped = self.waiting + self.running
         for seq in dropped:
             self.blocks.free(seq)
@@ -202,18 +176,13 @@ class Scheduler(ABC):
         self.in_flight.clear()
         return dropped
 
-    # Shared steps the policies compose.
-
     def _admits(self, seq: Sequence) -> bool:
-        """Whether a waiting request may start now: only while the blocks of all its tokens are
-        free, as Sarathi-Serve's can_allocate does, even when it gets them a chunk at a time. One
-        admitted on its first chunk alone finds its next chunks' blocks taken by the decodes' growth,
-        is preempted, is readmitted at once, and so on, recomputing the same tokens over and over.
-        The block manager's watermark stays free beside them."""
+        """Only while all its tokens' blocks are free (Sarathi-Serve's can_allocate), even when
+        they come a chunk at a time: one admitted on its first chunk alone finds later chunks'
+        blocks taken by decodes, is preempted, readmitted, and recomputes forever."""
         return self.blocks.can_admit(seq, self._admission_tokens(seq))
 
     def _admission_tokens(self, seq: Sequence) -> int:
-        """The tokens whose blocks a waiting request takes when admitted whole."""
         return self.config.max_model_len if self.reserves_max_model_len else seq.num_uncomputed
 
     def _admit(self, seq: Sequence) -> None:
@@ -229,9 +198,7 @@ class Scheduler(ABC):
         batch.preempted.append(seq)
 
     def _reserve(self, seq: Sequence, num_tokens: int, batch: ScheduledBatch) -> bool:
-        """Blocks for ``num_tokens`` more tokens of a running request, preempting newer running
-        requests not yet in ``batch`` until they fit. False if ``seq`` is itself the newest and was
-        preempted."""
+        """Preempts newer requests not in ``batch``; False if ``seq`` itself was preempted."""
         while not self.blocks.can_fit(seq, num_tokens):
             victim = next(s for s in reversed(self.running) if s is seq or s not in batch)
             self._preempt(victim, batch)
@@ -241,17 +208,12 @@ class Scheduler(ABC):
         return True
 
     def _schedule_decodes(self, batch: ScheduledBatch) -> list[Sequence]:
-        """Every running decode into ``batch``; returns the running requests still prefilling, in
-        priority order, for the policy's chunks (one pass over the running requests for both: every
-        iteration asks it of each)."""
+        """Returns the requests still prefilling (one pass for both, every iteration)."""
         decoding, prefilling = split_prefilling(self.running)
-        # A decode's token needs a new block only when it starts one (vLLM's append_slots): the
-        # others already hold their slot, and skip the block manager.
+        # Only a decode starting a block needs one (vLLM's append_slots).
         blocks, block_size = self.blocks, self.blocks.block_size
         starting = [s for s in decoding if s.num_computed >= len(s.block_table) * block_size]
         if len(starting) <= blocks.num_free:
-            # One block each and no preemption: the blocks, in the order, that one reservation after
-            # another would take, without a check per decode.
             for seq in starting:
                 blocks.append_block(seq)
             batch.decodes.extend(decoding)
@@ -260,14 +222,13 @@ class Scheduler(ABC):
         for seq in decoding:
             if seq.status is not Status.RUNNING:  # preempted by an earlier decode's reservation
                 continue
-            if seq.num_computed < len(seq.block_table) * block_size or self._reserve(seq, 1, batch):
+            if (seq.num_computed < len(seq.block_table) * block_size
+                    or self._reserve(seq, 1, batch)):
                 decodes.append(seq)
-        # Without those a decode's reservation preempted (back to waiting).
         return [s for s in prefilling if s.status is Status.RUNNING]
 
-    def _schedule_whole_prefills(self, batch: ScheduledBatch, max_tokens: int | None = None) -> None:
-        """Admit waiting requests with their whole prompt (no chunking) while batch slots, free blocks
-        and ``max_tokens`` of prompt last; never preempts for a new request."""
+    def _schedule_whole_prefills(self, batch: ScheduledBatch,
+                                 max_tokens: int | None = None) -> None:
         tokens = 0
         while self.waiting and len(self.running) < self.config.max_batch_size:
             seq = self.waiting[0]
@@ -282,8 +243,6 @@ class Scheduler(ABC):
             batch.prefills.append(ScheduledChunk(seq, seq.num_uncomputed))
 
     def _schedule_chunk(self, seq: Sequence, budget: int, batch: ScheduledBatch) -> int:
-        """One prefill chunk of at most ``budget`` tokens for ``seq`` (admitting it if waiting).
-        Returns the tokens scheduled (0 if it did not fit)."""
         n = min(seq.num_uncomputed, budget)
         if seq.status is Status.WAITING:
             if not self._admits(seq):
@@ -308,7 +267,6 @@ def register_scheduler(name: str):
 
 
 def scheduler_names() -> tuple[str, ...]:
-    """Every scheduler's name: the one list of them (the package imports every module that registers one)."""
     return tuple(_REGISTRY)
 
 
@@ -318,16 +276,12 @@ def scheduler_class(name: str) -> type[Scheduler]:
 
 
 def knob_names() -> set[str]:
-    """Every scheduler's knobs beyond EngineConfig's fields."""
     return {knob for cls in _REGISTRY.values() for knob in cls.Config.knobs()}
 
 
-def scheduler_config(name: str, knobs: dict[str, Any] | None = None, **settings: Any) -> SchedulerConfig:
-    """Scheduler ``name``'s config; ``settings``: the engine's (max_batch_size, max_model_len,
-    chunk_size, ...), of which it reads the knobs its Config declares; ``knobs``:
-    EngineConfig.scheduler_knobs. A knob of
-    no scheduler is refused; another scheduler's is ignored, as the engine's settings are, so that one
-    config serves a sweep over schedulers."""
+def scheduler_config(name: str, knobs: dict[str, Any] | None = None,
+                     **settings: Any) -> SchedulerConfig:
+    """Another scheduler's knob is ignored, so one config serves a sweep over schedulers."""
     cls, knobs, known = scheduler_class(name), knobs or {}, knob_names()
     for key, value in knobs.items():
         if key not in known:
@@ -339,8 +293,7 @@ def scheduler_config(name: str, knobs: dict[str, Any] | None = None, **settings:
 
 
 def unknown_knob(key: str, shown: str) -> ConfigError:
-    """The one refusal of a knob no scheduler has (``shown``: its value as written). A misspelt
-    engine setting lands here too (LLM(chunk=256)): the nearest names of both."""
+    """A misspelt engine setting lands here too (LLM(chunk=256)): the nearest of both is named."""
     known = knob_names()
     names = sorted(known | ENGINE_FIELDS - {"scheduler_knobs"})
     near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
@@ -350,13 +303,11 @@ def unknown_knob(key: str, shown: str) -> ConfigError:
 
 
 def knob_owners(key: str) -> list[str]:
-    """The schedulers whose Config has the knob ``key``."""
     return sorted(n for n, c in _REGISTRY.items() if key in c.Config.knobs())
 
 
 def foreign_knob(name: str, key: str, value: Any) -> ConfigError | None:
-    """The refusal of knob ``key`` set for scheduler ``name`` alone where only other schedulers read
-    it (one engine: never silently dropped); None where ``name`` reads it or no scheduler has it."""
+    """Refuses another scheduler's knob set for one engine: never silently dropped."""
     if key in scheduler_class(name).Config.knobs() or not (owners := knob_owners(key)):
         return None
     s, knobs = SETTING("scheduler"), scheduler_class(name).Config.knobs()
@@ -367,14 +318,12 @@ def foreign_knob(name: str, key: str, value: Any) -> ConfigError | None:
 
 @functools.cache
 def _warn_foreign_knob(name: str, key: str, value: str) -> None:
-    # Read by no field of this scheduler's Config: said once, so that a sweep over schedulers sharing one
-    # config (capacity_sim's prompt cap for vllm) runs without a warning per job; where a user sets one
-    # for a single engine (LLM(...), a run's +scheduler.KEY=) it is refused before this.
+    # Said once, so a sweep over schedulers sharing one config runs without a warning per job; for
+    # a single engine (LLM(...), +scheduler.KEY=) it is refused before this.
     log.info("%s=%s is ignored by scheduler=%s: a knob of scheduler=%s", key, value, name,
              " and ".join(knob_owners(key)))
 
 
 def make_scheduler(name: str, block_manager: BlockManager, knobs: dict[str, Any] | None = None,
                    **settings: Any) -> Scheduler:
-    """Scheduler ``name`` over ``block_manager``, configured as ``scheduler_config`` says."""
     return scheduler_class(name)(scheduler_config(name, knobs, **settings), block_manager)

@@ -4,8 +4,7 @@ from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
 
 @register_scheduler("orca")
 class OrcaScheduler(Scheduler):
-    """Iteration-level hybrid batching: whole (unchunked) prompts ride in the same iteration as
-    every running decode. Each request reserves the blocks of max_model_len tokens when admitted."""
+    """Iteration-level hybrid batching: whole prompts beside every running decode."""
 
     reserves_max_model_len = True
     prefills_whole_prompts = True

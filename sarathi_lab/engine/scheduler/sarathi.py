@@ -11,30 +11,27 @@ CHUNK_ALIGNS = ("auto", "none", "tile")
 
 @dataclass(frozen=True, kw_only=True)
 class SarathiConfig(SchedulerConfig):
-    # The prefill chunk: tokens of one request's prompt per iteration.
     chunk_size: int
-    # "tile": each iteration's chunk shrinks so that it and the decodes beside it fill whole `tile`-token
-    # GEMM tiles, as the paper sized its chunks: one token past a tile costs a whole tile. "none": every
-    # chunk is chunk_size tokens (or what is left of the prompt). "auto", the default: "tile" wherever a
-    # chunk beside decodes can fill a tile, "none" where none can (a chunk too small for the tile).
+    # "tile": the chunk shrinks so it and its decodes fill whole GEMM tiles (one token past a tile
+    # costs a whole tile); "none": chunk_size as set; "auto": "tile" where a chunk can fill one.
     chunk_align: Literal[CHUNK_ALIGNS] = "auto"
     tile: int = GEMM_TILE
 
     def __post_init__(self):
         super().__post_init__()
         if self.chunk_align == "tile" and self._most_tokens() < self.tile:
-            raise ConfigError(f"{self.setting('chunk_align')} is invalid with {self.setting('chunk_size')}, "
-                              f"{self.setting('max_batch_size')}, {self.setting('tile')}: a chunk and its decodes (at "
-                              f"most {self._most_tokens()} tokens) never fill a whole tile; allowed: none, auto, or "
-                              f"{self.key('chunk_size')}={self.tile - self.max_batch_size + 1} or more, or a smaller "
-                              "tile")
+            raise ConfigError(f"{self.setting('chunk_align')} is invalid with "
+                              f"{self.setting('chunk_size')}, {self.setting('max_batch_size')}, "
+                              f"{self.setting('tile')}: a chunk and its decodes (at most "
+                              f"{self._most_tokens()} tokens) never fill a whole tile; allowed: "
+                              f"none, auto, or {self.key('chunk_size')}="
+                              f"{self.tile - self.max_batch_size + 1} or more, or a smaller tile")
 
     def _most_tokens(self) -> int:
-        return self.chunk_size + self.max_batch_size - 1  # a chunk beside every other request decoding
+        return self.chunk_size + self.max_batch_size - 1
 
     @property
     def chunk_alignment(self) -> str:
-        """How its chunks run, "tile" or "none": chunk_align with "auto" settled (what a run records)."""
         if self.chunk_align != "auto":
             return self.chunk_align
         return "tile" if self._most_tokens() >= self.tile else "none"
@@ -42,23 +39,19 @@ class SarathiConfig(SchedulerConfig):
 
 @register_scheduler("sarathi")
 class SarathiScheduler(Scheduler):
-    """Chunked prefill with decode-maximal batching (SARATHI): every running decode plus one
-    prefill chunk of ``chunk_size`` tokens, from one request at a time; tile-aligned (``chunk_align``)
-    the chunk is sized per iteration so that chunk + decodes fill whole GEMM tiles."""
+    """SARATHI's decode-maximal batching: every running decode plus one request's prefill chunk."""
 
     Config = SarathiConfig
     config: SarathiConfig
 
     @classmethod
     def largest_iteration_tokens(cls, config: SarathiConfig) -> int:
-        return config.chunk_size + config.max_batch_size  # one chunk beside a decode per running request
+        # One chunk beside a decode per running request.
+        return config.chunk_size + config.max_batch_size
 
     def chunk_tokens(self, decodes: int) -> int:
-        """The most prompt tokens this iteration's chunk takes beside ``decodes`` decodes: chunk_size;
-        with chunk_align=tile the largest chunk up to it whose tokens with the decodes fill whole
-        tiles. Where the decodes alone reach every whole tile within chunk_size + decodes, no aligned
-        chunk exists, and the chunk is chunk_size as set: the prompt must go on, and the iteration
-        still holds no more than chunk_size + decodes tokens."""
+        """Where no aligned chunk exists the chunk is chunk_size as set: the prompt must go on, and
+        the iteration still holds no more than chunk_size + decodes tokens."""
         size = self.config.chunk_size
         if self.config.chunk_alignment == "none":
             return size

@@ -8,19 +8,16 @@ from sarathi_lab.engine.sequence import Status
 
 @dataclass(frozen=True, kw_only=True)
 class SarathiServeConfig(SchedulerConfig):
-    # The per-iteration token budget, decodes included. No chunk_align knob as sarathi's: the budget
-    # counts the decodes, so an iteration that spends it holds exactly `token_budget` tokens, whole
-    # tiles whenever the budget is a multiple of the tile (as Sarathi-Serve's 512 and 2048 are); only
-    # a prompt's last chunk leaves it short, which no chunk size can fill. Set by the engine's
-    # chunk_size (the run's `chunk`), Sarathi-Serve's own word kept for it here.
+    # Decodes included, so a spent budget is exactly `token_budget` tokens (whole tiles where it is
+    # a tile multiple): no chunk_align knob. The engine's chunk_size, in Sarathi-Serve's word.
     token_budget: int
     reads_as: ClassVar[dict[str, str]] = {"token_budget": "chunk_size"}
 
 
 @register_scheduler("sarathi_serve")
 class SarathiServeScheduler(Scheduler):
-    """Stall-free batching (Sarathi-Serve): running decodes first, never paused; then chunks of
-    ongoing prefills, then of new requests, until the token budget (decodes included) is spent."""
+    """Sarathi-Serve's stall-free batching: decodes first, never paused, then chunks until the
+    budget is spent."""
 
     Config = SarathiServeConfig
     config: SarathiServeConfig

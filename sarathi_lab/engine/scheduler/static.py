@@ -4,9 +4,8 @@ from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
 
 @register_scheduler("static")
 class StaticScheduler(Scheduler):
-    """Request-level batching (FasterTransformer): admit a batch, prefill it, decode it until every
-    request in it has finished; only then admit the next batch. Each request reserves the blocks of
-    max_model_len tokens when admitted."""
+    """FasterTransformer's request-level batching: the next batch is admitted only once every
+    request of this one finished."""
 
     reserves_max_model_len = True
     prefills_whole_prompts = True

@@ -6,16 +6,14 @@ from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, regist
 
 @dataclass(frozen=True, kw_only=True)
 class VLLMConfig(SchedulerConfig):
-    # The most prompt tokens in one prefill iteration (vLLM's max_num_batched_tokens). None: no cap, so
-    # a backlog of prompts is prefilled in one iteration; sarathi-serve's vLLM baseline sets max_model_len.
+    # None: no cap, a backlog prefilled in one iteration (sarathi-serve's baseline: max_model_len).
     max_num_batched_tokens: int | None = None
 
 
 @register_scheduler("vllm")
 class VLLMScheduler(Scheduler):
-    """Iteration-level and prefill-prioritising: whenever prompts wait and fit, run a prefill-only
-    iteration of whole prompts, at most ``max_num_batched_tokens`` of them; otherwise a decode-only
-    iteration of every running request."""
+    """Prefill-prioritising: prefill-only iterations of whole prompts while they wait and fit,
+    else decode-only ones."""
 
     Config = VLLMConfig
     config: VLLMConfig
@@ -23,7 +21,7 @@ class VLLMScheduler(Scheduler):
 
     @classmethod
     def largest_iteration_tokens(cls, config: VLLMConfig) -> int | None:
-        # Prompts up to the cap, or one longer prompt alone; a decode-only iteration, one per request.
+        # Prompts up to the cap, or one longer prompt alone; or a decode per request.
         cap = config.max_num_batched_tokens
         return None if cap is None else max(cap, config.max_model_len, config.max_batch_size)
 

@@ -1,7 +1,4 @@
-"""Rank 0 of a tensor-parallel engine: it keeps the ranks (spawned once and reused by every engine of
-this process, or started by torchrun), sends each engine's spec, and each iteration's batch as a
-header and one byte buffer before running its own shard of the forward and sampling the logits. A
-pipeline engine's executor (several micro-batches in flight) is pipelined.py's."""
+"""Rank 0 of a parallel engine; its ranks are spawned once per process and reused."""
 from __future__ import annotations
 
 import atexit
@@ -32,12 +29,11 @@ from sarathi_lab.model.parallel.wire import BUILD, STOP, command, encode
 from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.model.sampler import Samples
 
-# The ranks of this process's engines (None: none joined yet, or they were given up after a failure).
+# The ranks of this process's engines (None: none yet, or given up after a failure).
 _ranks: RankGroup | None = None
 
 
 def ranks(size: int) -> RankGroup:
-    """The driver's group of ``size`` ranks: the one held, else torchrun's, else spawned here."""
     global _ranks
     if _ranks is not None and _ranks.size == size and not _ranks.dead_ranks():
         return _ranks
@@ -46,8 +42,8 @@ def ranks(size: int) -> RankGroup:
     if rank is not None:
         world = int(os.environ["WORLD_SIZE"])
         if world != size:
-            raise ConfigError(f"tensor_parallel={size} is invalid (with pipeline_parallel, the ranks): torchrun "
-                              f"started {world} ranks; allowed: {world}")
+            raise ConfigError(f"tensor_parallel={size} is invalid (with pipeline_parallel, the "
+                              f"ranks): torchrun started {world} ranks; allowed: {world}")
         _ranks = join(rank, size, "env://", int(os.environ.get("LOCAL_RANK", rank)))
     else:
         # Gloo meets on the loopback interface only: the ranks are this machine's processes.
@@ -58,7 +54,6 @@ def ranks(size: int) -> RankGroup:
 
 
 def close() -> None:
-    """Tell the ranks to leave and wait for them (atexit, or before a group of another size)."""
     global _ranks
     group, _ranks = _ranks, None
     if group is None:
@@ -87,8 +82,6 @@ def _stop(processes: list) -> None:
 
 
 def _command(group: RankGroup, header: torch.Tensor, timeout_s: float) -> None:
-    """``header`` to every rank: broadcast, or along the chain of the pipeline engine built last, for
-    which every rank waits point to point."""
     if group.chain is None:
         bounded(dist.broadcast(header, 0, group=group.control, async_op=True), timeout_s)
     else:
@@ -96,7 +89,6 @@ def _command(group: RankGroup, header: torch.Tensor, timeout_s: float) -> None:
 
 
 def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
-    """Every rank builds its part of the engine of ``spec``; the driver's executor over its own part."""
     cfg = spec.config
     group = ranks(cfg.world_size)
     group.label = f"tensor_parallel={cfg.tensor_parallel}" + (
@@ -104,24 +96,26 @@ def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
     try:
         _command(group, command(BUILD), cfg.collective_timeout_s)
         dist.broadcast_object_list([spec], 0, group=group.control)
-        groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
+        groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s,
+                               cfg.tensor_parallel)
         part = build_rank(spec, group, groups)
         bounded(dist.barrier(group=group.control, async_op=True), BUILD_TIMEOUT_S)
     except Exception as e:
         raise _give_up(group, e, cfg.collective_timeout_s) from e
     group.chain = part.chain
     if part.chain is not None:
-        return PipelineParallelExecutor(part, group, groups.wire, cfg.collective_timeout_s, cfg.pipeline_parallel,
+        return PipelineParallelExecutor(part, group, groups.wire, cfg.collective_timeout_s,
+                                        cfg.pipeline_parallel,
                                         lambda e: _give_up(group, e, cfg.collective_timeout_s))
     return ParallelExecutor(part, group, groups.wire, cfg.collective_timeout_s)
 
 
 def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> RuntimeError:
-    """The error naming the ranks that failed; the group is dropped (the next engine starts new ranks).
-    An interruption (Ctrl-C, SIGTERM) mid-step leaves the ranks mid-collective, unable to take a STOP:
-    they are ended at once, without waiting to learn which rank failed."""
+    """The group is dropped (the next engine starts new ranks); an interruption leaves the ranks
+    mid-collective, unable to take a STOP: they are ended at once."""
     interrupted = not isinstance(error, Exception)
-    failure = RuntimeError(f"interrupted ({error!r})") if interrupted else group.failure(error, timeout_s)
+    failure = (RuntimeError(f"interrupted ({error!r})") if interrupted
+               else group.failure(error, timeout_s))
     global _ranks
     if _ranks is group:
         _ranks = None
@@ -132,18 +126,16 @@ def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> Runtim
 
 
 class ParallelExecutor(Samples, Executor):
-    """The driver's executor: the batch's tensors built on the host, broadcast (``broadcast_s``: the
-    host seconds of packing and sending them, per iteration), then this rank's shard of the forward,
-    whose LM head gathers the whole vocabulary's logits, sampled here."""
+    """Its shard's LM head gathers the whole vocabulary's logits, sampled here."""
 
-    def __init__(self, part: RankPart, group: RankGroup, wire, timeout_s: float, clock: Clock | None = None):
+    def __init__(self, part: RankPart, group: RankGroup, wire, timeout_s: float,
+                 clock: Clock | None = None):
         self.part = part
         self.runner = part.runner
         self.group = group
         self.wire = wire
         self.timeout_s = timeout_s
         self.clock = clock
-        # Per iteration: the host seconds of packing and sending its batch, and the bytes sent.
         self.broadcast_s: list[float] = []
         self.broadcast_bytes: list[int] = []
         self._host = torch.device("cpu")
@@ -156,7 +148,8 @@ class ParallelExecutor(Samples, Executor):
         try:
             t_wire = clock.now()
             sent = encode(host)
-            bounded(dist.broadcast(sent.header, 0, group=self.group.control, async_op=True), self.timeout_s)
+            bounded(dist.broadcast(sent.header, 0, group=self.group.control, async_op=True),
+                    self.timeout_s)
             dist.broadcast(sent.payload, 0, group=self.wire)
             t1 = clock.now()
             self.broadcast_s.append(t1 - t_wire)

@@ -1,6 +1,5 @@
-"""The two places where tensor-parallel ranks join their results: after a row-parallel projection
-(o_proj, down_proj: each rank's partial sum over its input columns, summed over ranks) and after the
-vocabulary-parallel LM head (each rank's logits of its slice of the vocabulary, gathered)."""
+"""Where tensor-parallel ranks join results: partial sums after o_proj and down_proj, and the
+vocabulary-parallel LM head's logits, gathered."""
 from __future__ import annotations
 
 import torch
@@ -11,7 +10,6 @@ from sarathi_lab.model.decoder import CausalLM
 
 
 class AllReduced(nn.Module):
-    """``linear`` over this rank's input columns, summed over the ranks of ``group``."""
 
     def __init__(self, linear: nn.Module, group: dist.ProcessGroup | None):
         super().__init__()
@@ -25,8 +23,7 @@ class AllReduced(nn.Module):
 
 
 class GatheredHead(nn.Module):
-    """The LM head over this rank's rows of the vocabulary, the ranks' logits joined in rank order: the
-    whole vocabulary's logits on every rank (no ``argmax_rows``: greedy tokens come from the logits)."""
+    """The whole vocabulary's logits on every rank (no ``argmax_rows``: greedy reads the logits)."""
 
     def __init__(self, linear: nn.Module, group: dist.ProcessGroup | None, size: int):
         super().__init__()
@@ -42,9 +39,7 @@ class GatheredHead(nn.Module):
 
 
 def join_ranks(lm: CausalLM, group: dist.ProcessGroup | None, size: int) -> CausalLM:
-    """``lm``, a rank's part of the model (built with its TensorShards), with its row-parallel
-    projections summed and its LM head gathered over ``group``; wrapped after cpu_linear's packing,
-    which replaces the nn.Linear modules these hold."""
+    """Wrapped after cpu_linear's packing, which replaces the nn.Linear modules these hold."""
     for layer in lm.layers:
         layer.self_attn.o_proj = AllReduced(layer.self_attn.o_proj, group)
         layer.mlp.down_proj = AllReduced(layer.mlp.down_proj, group)

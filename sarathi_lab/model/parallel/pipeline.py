@@ -1,7 +1,4 @@
-"""A pipeline stage's part of the forward: stage 0 embeds the batch's tokens, every stage runs its
-layers over the hidden states and residual the previous stage sent, the last one normalises the
-sampled rows and runs the LM head. The model's own forward (CausalLM.forward) is the same path with
-one stage."""
+"""A pipeline stage's part of the forward; CausalLM.forward is the same path with one stage."""
 from __future__ import annotations
 
 import time
@@ -15,9 +12,6 @@ from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 
 class StageRun(NamedTuple):
-    """What a stage did with one micro-batch: the sampled rows' logits (the last stage; else None),
-    the sends of its activations still under way ((work, tensor) pairs), and when its compute started
-    and ended (time.perf_counter: one clock for every process of a machine)."""
     logits: torch.Tensor | None
     sends: list
     start_s: float
@@ -27,9 +21,8 @@ class StageRun(NamedTuple):
 @torch.inference_mode()
 def stage_forward(runner: ModelRunner, stage: Stage, prepared: PreparedBatch, rank: int, tp: int,
                   p2p) -> StageRun:
-    """This rank's stage of the forward. Its activations go to the same tensor-parallel rank of the
-    next stage (``rank + tp``) without waiting for it to take them: it may still be running the
-    previous micro-batch, while this stage could start the next."""
+    """Activations go to ``rank + tp`` without waiting for it to take them: it may still run the
+    previous micro-batch while this stage could start the next."""
     lm = runner.model
     tokens = prepared.input_ids.shape[0]
     if stage.is_first:
@@ -42,7 +35,8 @@ def stage_forward(runner: ModelRunner, stage: Stage, prepared: PreparedBatch, ra
         dist.recv(hidden, src=rank - tp, group=p2p)
         dist.recv(residual, src=rank - tp, group=p2p)
         if hidden.is_cuda:
-            torch.cuda.current_stream().synchronize()  # NCCL's receive returns once queued, not received
+            # NCCL's receive returns once queued, not received.
+            torch.cuda.current_stream().synchronize()
         start = time.perf_counter()  # waiting for the previous stage is no compute of this one
     for layer, kv_cache in zip(lm.layers, runner.kv_caches):
         hidden, residual = layer(prepared.positions, hidden, residual, kv_cache, prepared.meta)

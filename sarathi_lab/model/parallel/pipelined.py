@@ -1,7 +1,6 @@
-"""Rank 0 of a pipeline engine: it submits each micro-batch (its bytes sent along the pipeline's chain,
-then stage 0's part of the forward run here) without waiting for the micro-batches before it, and
-collects each one's logits from the last stage in the order submitted, sampling them here. Every
-wait is bounded by collective_timeout_s; any failure gives the ranks up with an error naming them."""
+"""Rank 0 of a pipeline engine: submits each micro-batch without waiting for those before it, and
+collects logits from the last stage in submission order. Every wait is bounded by
+collective_timeout_s; any failure gives the ranks up with an error naming them."""
 from __future__ import annotations
 
 from collections import deque
@@ -27,18 +26,15 @@ from sarathi_lab.model.sampler import Samples
 @dataclass
 class _InFlight:
     batch: ScheduledBatch
-    sends: list          # (work, tensor): the batch's bytes and stage 0's activations, on their way
-    logits: torch.Tensor  # filled by ``received`` from the last stage
+    sends: list  # (work, tensor) pairs on their way
+    logits: torch.Tensor  # filled by ``received``
     received: object
     prepare_s: float
     sent_at: float
 
 
 class PipelineParallelExecutor(Samples, PipelineExecutor):
-    """The driver's executor of ``depth`` pipeline stages. ``broadcast_s`` / ``broadcast_bytes``: per
-    micro-batch, the host seconds of packing and posting its sends, and the bytes sent to each rank
-    that takes them. A micro-batch's ``forward_s`` runs from its sends to its logits' return: its
-    stages' compute, and its waits behind the micro-batches ahead of it."""
+    """``forward_s`` includes the waits behind the micro-batches ahead."""
 
     def __init__(self, part: RankPart, group: RankGroup, wire, timeout_s: float, depth: int,
                  give_up: Callable[[BaseException], RuntimeError], clock: Clock | None = None):
@@ -55,7 +51,6 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
         self.broadcast_bytes: list[int] = []
         self._in_flight: deque[_InFlight] = deque()
         self._host = torch.device("cpu")
-        # Set once a wait failed and the ranks were given up: nothing more is sent to them.
         self._failed: RuntimeError | None = None
 
     def submit(self, batch: ScheduledBatch) -> None:
@@ -66,20 +61,18 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
         try:
             sent = encode(host)
             header = sent.header.tolist()
-            sends = chain.forward(sent.header, self.group.control) + chain.forward(sent.payload, self.wire)
+            sends = (chain.forward(sent.header, self.group.control)
+                     + chain.forward(sent.payload, self.wire))
             t1 = clock.now()
             run = run_stage(self.part, header, sent.payload, t0)
             lm = runner.model
-            logits = torch.empty(header[LOGITS], lm.config.vocab_size, dtype=lm.embed_tokens.weight.dtype,
-                                 device=runner.device)
-            # Posted once stage 0's activations are on their way, before they can have come back as
-            # logits. Not before: NCCL queues a pair's sends and receives in order on one stream, and
-            # with two stages the rank that takes the activations sends the logits back, so a receive
-            # queued first would wait for logits that need the activations queued behind it.
+            logits = torch.empty(header[LOGITS], lm.config.vocab_size,
+                                 dtype=lm.embed_tokens.weight.dtype, device=runner.device)
+            # Posted after stage 0's activations: NCCL queues a pair's sends and receives in order;
+            # with two stages, a receive queued first would wait for logits needing them.
             received = dist.irecv(logits, src=chain.logits_sender, group=self.part.p2p)
         except BaseException as e:
-            # Stopped halfway (Ctrl-C included), the ranks would wait for what was not sent and take
-            # the next micro-batch's for it: they are given up, and the next engine starts new ones.
+            # Stopped halfway, the ranks would take the next micro-batch's bytes for these.
             failure = self._fail(e)
             if isinstance(e, Exception):
                 raise failure from e
@@ -100,7 +93,8 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
         t2 = clock.now()
         tokens = self.sample(mb.logits, mb.batch.sampled)
         t3 = clock.now()
-        return StepOutput(tokens, prepare_s=mb.prepare_s, forward_s=t2 - mb.sent_at, sample_s=t3 - t2)
+        return StepOutput(tokens, prepare_s=mb.prepare_s, forward_s=t2 - mb.sent_at,
+                          sample_s=t3 - t2)
 
     def drain(self) -> None:
         while self._in_flight and self._failed is None:
@@ -109,19 +103,14 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
 
     @property
     def micro_batches_submitted(self) -> int:
-        """Micro-batches submitted since the engine was built: read before a run, the ``micro_batch`` of
-        that run's first row in ``stage_timeline`` (its i-th iteration record is micro-batch that + i)."""
         return self.part.timeline.submitted
 
     def stage_timeline(self) -> pd.DataFrame:
-        """When every rank computed every micro-batch since the engine was built: one row per rank and
-        micro-batch (rank, stage, micro_batch, start_s, end_s, tokens, prefill_tokens; times are
-        time.perf_counter's on each rank, one clock on one machine). Micro-batches are numbered in the
-        order submitted, which is the order of the iterations they finished as; call it between runs."""
+        """Every rank's compute per micro-batch since the build; call it between runs."""
         self._check_alive()
         if self._in_flight:
-            raise RuntimeError(f"stage_timeline: {len(self._in_flight)} micro-batches are still in flight; "
-                               f"call it between runs")
+            raise RuntimeError(f"stage_timeline: {len(self._in_flight)} micro-batches are still in "
+                               f"flight; call it between runs")
         per_rank = [self.part.timeline.as_tensor()]
         try:
             wait_all(self.chain.forward(command(TIMELINE), self.group.control), self.timeout_s)
@@ -138,7 +127,8 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
 
     def _check_alive(self) -> None:
         if self._failed is not None:
-            raise RuntimeError(f"this engine's ranks were given up after an earlier failure: {self._failed}")
+            raise RuntimeError(f"this engine's ranks were given up after an earlier failure: "
+                               f"{self._failed}")
 
     def _fail(self, error: BaseException) -> RuntimeError:
         self._in_flight.clear()

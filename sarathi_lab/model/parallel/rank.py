@@ -1,7 +1,4 @@
-"""One rank's part of a tensor-parallel engine, the same on the driver and the other ranks: its shard
-of the model and of the KV cache (its KV heads, every block), built from the spec the driver sends
-once per engine, and the step every rank runs over the batch the driver sent: the whole forward of
-a tensor-parallel engine, or its stage's part of a pipeline's micro-batch."""
+"""One rank's part of a parallel engine, the same on the driver and the other ranks."""
 from __future__ import annotations
 
 import time
@@ -29,8 +26,7 @@ from sarathi_lab.model.runner import ModelRunner
 
 @dataclass(frozen=True)
 class RankSpec:
-    """What every rank builds its part from, decided once by the driver's plan: the one object sent
-    pickled, once per engine (each iteration's batch goes as tensors: wire.py)."""
+    """The one object sent pickled, once per engine; each batch goes as tensors (wire.py)."""
     config: EngineConfig
     model_config: PretrainedConfig
     max_model_len: int
@@ -40,9 +36,6 @@ class RankSpec:
 
 @dataclass
 class RankPart:
-    """This rank's runner, where it sits (global rank; tensor_parallel ranks a stage, rank r in stage
-    r // tp), its pipeline stage (None: one stage), the group activations go stage to stage over, and
-    in a pipeline the chain its commands come by and the times it computed each micro-batch."""
     runner: ModelRunner
     rank: int
     tp: int
@@ -53,8 +46,6 @@ class RankPart:
 
 
 def build_rank(spec: RankSpec, group: RankGroup, groups: EngineGroups) -> RankPart:
-    """This rank's model part (its stage's layers, their tensor shards joined over its stage's group),
-    with its KV cache part, as a runner."""
     cfg = spec.config
     tp, pp = cfg.tensor_parallel, cfg.pipeline_parallel
     device = group.device(cfg.device_type)
@@ -62,32 +53,31 @@ def build_rank(spec: RankSpec, group: RankGroup, groups: EngineGroups) -> RankPa
         torch.set_num_threads(threads_per_rank(group.size, cfg.num_threads))
         reuse_freed_memory()
     shards = TensorShards.of(spec.model_config, group.rank % tp, tp, cfg.model)
-    stage = (Stage.of(spec.model_config.num_hidden_layers, pp, group.rank // tp, cfg.model) if pp > 1 else None)
+    stage = (Stage.of(spec.model_config.num_hidden_layers, pp, group.rank // tp, cfg.model)
+             if pp > 1 else None)
     backend = make_backend(cfg.attention, device)
-    model = build_model(cfg.model, spec.model_config, backend, spec.max_model_len, spec.dtype, device, cfg.seed,
-                        cfg.cpu_linear, shards, stage)
+    model = build_model(cfg.model, spec.model_config, backend, spec.max_model_len, spec.dtype,
+                        device, cfg.seed, cfg.cpu_linear, shards, stage)
     if tp > 1:
         join_ranks(model, groups.step, tp)
     layers = spec.model_config.num_hidden_layers if stage is None else stage.num_layers
-    cache = torch.zeros(layers, 2, spec.num_kv_blocks, cfg.block_size, shards.local_kv_heads, shards.head_dim,
-                        dtype=spec.dtype, device=device)
+    cache = torch.zeros(layers, 2, spec.num_kv_blocks, cfg.block_size, shards.local_kv_heads,
+                        shards.head_dim, dtype=spec.dtype, device=device)
     runner = ModelRunner(model, [(layer[0], layer[1]) for layer in cache], cfg.block_size, device)
     chain = Chain(group.rank, tp, group.size) if pp > 1 else None
     return RankPart(runner, group.rank, tp, stage, groups.p2p, chain)
 
 
 def run_step(part: RankPart, header: list[int], payload: torch.Tensor) -> torch.Tensor:
-    """The forward of the batch the driver broadcast (one stage): the sampled rows' logits, whole."""
     runner = part.runner
     prepared = decode(header, payload, runner.device)
     runner.model.backend.plan(prepared.meta, runner.kv_caches[0][0])
     return runner.forward(prepared)
 
 
-def run_stage(part: RankPart, header: list[int], payload: torch.Tensor, command_s: float) -> StageRun:
-    """This rank's stage of a pipeline's micro-batch, its compute recorded in the part's timeline (with
-    ``command_s``, when its host work for it began); the last stage's first rank sends the logits to the
-    driver. Its sends are under way on return."""
+def run_stage(part: RankPart, header: list[int], payload: torch.Tensor,
+              command_s: float) -> StageRun:
+    """Its sends are under way on return."""
     runner = part.runner
     prepared = decode(header, payload, runner.device)
     runner.model.backend.plan(prepared.meta, runner.kv_caches[0][0])

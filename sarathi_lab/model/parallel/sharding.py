@@ -1,8 +1,6 @@
-"""Which part of every weight a tensor-parallel rank holds, Megatron-style: q/k/v and gate/up split by
-output (whole heads, whole MLP columns), o_proj and down_proj by input, the LM head by vocabulary; the
-KV heads sharded, or each replicated on the ranks whose query heads share it where there are fewer
-than ranks. Norms and the embedding are whole on every rank. One home for the split: the model's
-shapes per rank, the memory plan and the weights all follow from TensorShards."""
+"""Which part of every weight a tensor-parallel rank holds, Megatron-style; KV heads fewer than the
+ranks are replicated on the ranks whose query heads share them. The one home of the split: shapes
+per rank, the memory plan and the weights all follow from TensorShards."""
 from __future__ import annotations
 
 import copy
@@ -20,7 +18,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TensorShards:
-    """Rank ``rank`` of ``size`` over a model of these shapes."""
     rank: int
     size: int
     heads: int
@@ -32,21 +29,23 @@ class TensorShards:
     @classmethod
     def of(cls, config: ModelConfig, rank: int, size: int, model: str = "",
            pad_vocab: bool = False) -> TensorShards:
-        """Refuses, in one line naming tensor_parallel, a model the ranks cannot split evenly;
-        ``pad_vocab``: a vocabulary that does not split is padded (as vLLM's vocab-parallel LM head
-        pads it; the simulator prices it so), not refused."""
+        """``pad_vocab``: an uneven vocabulary is padded, as vLLM pads it, not refused."""
         heads, kv, k = config.num_attention_heads, kv_heads_of(config), SETTING
-        counts = {"attention heads": heads, "MLP columns (intermediate_size)": config.intermediate_size,
+        counts = {"attention heads": heads,
+                  "MLP columns (intermediate_size)": config.intermediate_size,
                   **({} if pad_vocab else {"vocabulary entries": config.vocab_size})}
         for what, n in counts.items():
             if n % size:
-                raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for {k.set('model', model)}: "
-                                  f"its {n} {what} do not split evenly across {size} ranks; allowed: a divisor of {n}")
+                raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for "
+                                  f"{k.set('model', model)}: its {n} {what} do not split evenly "
+                                  f"across {size} ranks; allowed: a divisor of {n}")
         if kv % size and size % kv:
-            raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for {k.set('model', model)}: its "
-                              f"{kv} KV heads neither split across {size} ranks nor replicate evenly on them; allowed: "
-                              f"a divisor or a multiple of {kv}")
-        return cls(rank, size, heads, kv, head_dim_of(config), config.intermediate_size, config.vocab_size)
+            raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for "
+                              f"{k.set('model', model)}: its {kv} KV heads neither split across "
+                              f"{size} ranks nor replicate evenly on them; allowed: a divisor or a "
+                              f"multiple of {kv}")
+        return cls(rank, size, heads, kv, head_dim_of(config), config.intermediate_size,
+                   config.vocab_size)
 
     @property
     def local_heads(self) -> int:
@@ -54,7 +53,6 @@ class TensorShards:
 
     @property
     def local_kv_heads(self) -> int:
-        """Sharded while there are at least as many as ranks; else one, replicated."""
         return max(self.kv_heads // self.size, 1)
 
     @property
@@ -63,15 +61,12 @@ class TensorShards:
 
     @property
     def first_kv_head(self) -> int:
-        # Fewer KV heads than ranks: rank r's query heads all belong to KV head r // (size / kv_heads),
-        # since each KV head's group of query heads spans a whole number of ranks.
+        # Fewer KV heads than ranks: each KV head's query heads span whole ranks.
         if self.kv_heads >= self.size:
             return self.rank * self.local_kv_heads
         return self.rank // (self.size // self.kv_heads)
 
     def local_config(self, config: ModelConfig) -> ModelConfig:
-        """The config of the rank's model: its heads and MLP columns, the head size kept explicit; the
-        vocabulary stays whole (the embedding is; the LM head is split when the model is built)."""
         local = copy.deepcopy(config)
         local.num_attention_heads = self.local_heads
         local.num_key_value_heads = self.local_kv_heads
@@ -79,7 +74,7 @@ class TensorShards:
         local.head_dim = self.head_dim
         return local
 
-    # What of each full weight the rank holds: rows (dim 0) of the output-split ones, columns of the others.
+    # Rows (dim 0) of the output-split weights, columns of the others.
     def _heads(self, first: int, count: int) -> slice:
         return slice(first * self.head_dim, (first + count) * self.head_dim)
 
@@ -98,8 +93,7 @@ class TensorShards:
         return slice(self.rank * n, (self.rank + 1) * n)
 
     def shard(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        """The rank's part of the full parameter ``name`` (our fused names: qkv_proj, gate_up_proj)."""
-        import torch  # here: the memory plan (the simulator's too) reads this module's shapes alone
+        import torch  # here: the memory plan (the simulator's too) reads only shapes
 
         kind = name.split(".")[-2] if "." in name else name
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
@@ -118,17 +112,13 @@ class TensorShards:
         return full
 
     def shard_part(self, fused: str, index: int, full: torch.Tensor) -> torch.Tensor:
-        """The rank's rows of one checkpoint part of a fused weight: q_proj, k_proj, v_proj (index 0,
-        1, 2 of qkv_proj) or gate_proj, up_proj (of gate_up_proj)."""
         if fused == "qkv_proj":
             return full[self.q_rows() if index == 0 else self.kv_rows()]
         return full[self.mlp_rows()]
 
 
 def rank_memory_config(config: ModelConfig, size: int, model: str = "") -> ModelConfig:
-    """The config whose shapes size one rank's memory (weights, KV cache per token, activations): its
-    heads and MLP columns; the vocabulary whole and untied, so that the whole embedding and the LM head's
-    rows count (an LM head of whole rows: an upper bound), as do the gathered logits."""
+    """The vocabulary whole and untied: an upper bound, as the logits are gathered."""
     local = TensorShards.of(config, 0, size, model).local_config(config)
     local.tie_word_embeddings = False
     return local

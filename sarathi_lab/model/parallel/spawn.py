@@ -1,6 +1,5 @@
-"""The ranks a driver spawns on its own machine: started without the driver's script, joined once
-each has said it is ready on the driver's store while the driver watches that each is still alive,
-and each watching the driver in turn, so that no death on either side leaves the other waiting."""
+"""The ranks a driver spawns on its machine, joined once each is ready; driver and ranks watch
+each other, so no death on either side leaves the other waiting."""
 from __future__ import annotations
 
 import contextlib
@@ -18,15 +17,13 @@ import torch.distributed as dist
 from sarathi_lab.model.parallel.group import JOIN_TIMEOUT_S, LOOPBACK, RankGroup, join
 from sarathi_lab.model.parallel.worker import serve
 
-# How often the driver looks at its ranks' liveness while they start.
 POLL_S = 0.2
-# The store's counter of ranks that have started (imported, connected) and go on to join.
+# The store's counter of ranks started and about to join.
 READY = "sarathi/ready"
 
 
 def start(size: int, port: int) -> list:
-    """Ranks 1..size-1, each its own process (spawned: a forked copy of a driver holding threads or
-    CUDA is unsafe)."""
+    """Spawned: a forked copy of a driver holding threads or CUDA is unsafe."""
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=rank_main, args=(r, size, port), daemon=True,
                                  name=f"sarathi-rank{r}") for r in range(1, size)]
@@ -38,10 +35,8 @@ def start(size: int, port: int) -> list:
 
 @contextlib.contextmanager
 def _without_main_script() -> Iterator[None]:
-    """multiprocessing re-runs the parent's ``__main__`` in each child, unless it has neither a spec
-    nor a file (as in an interactive session). A rank needs none of it: a script read on stdin could
-    not be re-read, and one without the ``if __name__ == "__main__":`` guard spawned again, so every
-    rank died as it started."""
+    """multiprocessing re-runs ``__main__`` in each child: a script on stdin can't be re-read, and
+    one without the ``__main__`` guard spawns again, so every rank died as it started."""
     main = sys.modules["__main__"]
     saved = {key: main.__dict__[key] for key in ("__spec__", "__file__") if key in main.__dict__}
     main.__spec__ = None
@@ -54,8 +49,7 @@ def _without_main_script() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _sigint_ignored() -> Iterator[None]:
-    """The ranks start with SIGINT ignored (inherited through exec): a terminal's Ctrl-C reaches
-    every process of its group, and the driver alone answers it, ending its ranks."""
+    """Ranks start with SIGINT ignored: Ctrl-C reaches the whole group; the driver alone answers."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set a handler; rank_main ignores it once running
         return
@@ -67,7 +61,7 @@ def _sigint_ignored() -> Iterator[None]:
 
 
 def rank_main(rank: int, size: int, port: int) -> None:
-    """A spawned rank (multiprocessing's target): it leaves as soon as the driver is gone."""
+    """It leaves as soon as the driver is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     driver = multiprocessing.parent_process()
     threading.Thread(target=_leave_with, args=(driver,), name="sarathi-driver-watch",
@@ -80,8 +74,7 @@ def rank_main(rank: int, size: int, port: int) -> None:
         if not driver.is_alive():
             os._exit(1)  # the driver's death broke the collective: nothing to say to nobody
         raise
-    # Told to leave: the interpreter's teardown of torch would keep the driver's exit waiting for
-    # seconds, and nothing of a rank outlives it.
+    # torch's teardown would keep the driver's exit waiting for seconds, and nothing outlives it.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -99,8 +92,7 @@ def _leave_with(driver) -> None:
 
 
 def join_spawned(processes: list, size: int, port: int) -> RankGroup:
-    """The driver joins its ranks once every one is ready, watching them until then: one that died
-    (an import that failed, a kill) would keep the join waiting for it up to JOIN_TIMEOUT_S."""
+    """Watching the ranks until all are ready: a dead one would hold the join to JOIN_TIMEOUT_S."""
     spawned = RankGroup(0, size, 0, None, processes)
     try:
         store = _store(port, size, master=True)
@@ -120,7 +112,6 @@ def join_spawned(processes: list, size: int, port: int) -> RankGroup:
 
 
 def died_joining(size: int, dead: list[tuple[int, int]]) -> str:
-    """One line naming each rank that died before the ranks joined, its exit code and why."""
     who = ", ".join(f"rank {r} (exit code {code}{_signal_name(code)})" for r, code in dead)
     return (f"{size} ranks: {who} died before the ranks joined, so the run stops; a rank's own "
             f"error, where it printed one, is above")

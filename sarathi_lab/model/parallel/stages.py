@@ -1,6 +1,5 @@
-"""Which layers a pipeline stage holds: the model's layers split into consecutive runs, the first
-stages one longer where they do not split evenly; stage 0 embeds, the last one normalises and runs
-the LM head (every stage keeps those weights: they are small beside its layers)."""
+"""Which layers a pipeline stage holds: consecutive runs, the first stages one longer where uneven
+(every stage keeps the embedding and LM head: small beside its layers)."""
 from __future__ import annotations
 
 import re
@@ -22,8 +21,8 @@ class Stage:
     def of(cls, layers: int, count: int, index: int, model: str = "") -> Stage:
         if count > layers:
             raise ConfigError(f"{SETTING.set('pipeline_parallel', count)} is invalid for "
-                              f"{SETTING.set('model', model)}: it has {layers} layers, fewer than the stages; "
-                              f"allowed: at most {layers}")
+                              f"{SETTING.set('model', model)}: it has {layers} layers, fewer than "
+                              f"the stages; allowed: at most {layers}")
         base, extra = divmod(layers, count)
         first = index * base + min(index, extra)
         return cls(index, count, first, first + base + (index < extra))
@@ -41,7 +40,6 @@ class Stage:
         return self.index == self.count - 1
 
     def local_name(self, name: str) -> str | None:
-        """A whole model's parameter name as this stage's model names it; None: another stage's layer."""
         match = _LAYER.match(name)
         if match is None:
             return name

@@ -1,7 +1,5 @@
-"""When each rank of a pipeline computed each micro-batch: one row per micro-batch and rank, kept by
-every rank and gathered by the driver at the end of a run (as numbers, not pickled objects). The
-times are time.perf_counter's, which is CLOCK_MONOTONIC on Linux: comparable across the processes of
-one machine, not across nodes."""
+"""When each pipeline rank computed each micro-batch, gathered by the driver as numbers. Times are
+perf_counter's (CLOCK_MONOTONIC on Linux): comparable across one machine's processes, not nodes."""
 from __future__ import annotations
 
 import pandas as pd
@@ -10,23 +8,21 @@ import torch
 from sarathi_lab.model.parallel.wire import PREFILL_TOKENS, TOKENS
 
 # Per row, as kept and sent (float64).
-# command_s: when the rank had the micro-batch's command and began its host work (receiving its bytes,
-# decoding them, planning attention); planned_s: when that work was done and it waited for activations.
+# command_s: host work (receive, decode, plan) began; planned_s: it ended, activations awaited.
 FIELDS = ("micro_batch", "start_s", "end_s", "tokens", "prefill_tokens", "command_s", "planned_s")
 COLUMNS = ("rank", "stage", *FIELDS)
 
 
 class StageTimeline:
-    """This rank's rows; micro-batches are numbered from 0 in the order the driver submitted them since
-    the engine was built, the same order on every rank."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[float, ...]] = []
         self.submitted = 0
 
-    def record(self, header: list[int], start_s: float, end_s: float, command_s: float, planned_s: float) -> None:
-        self.rows.append((self.submitted, start_s, end_s, header[TOKENS], header[PREFILL_TOKENS], command_s,
-                          planned_s))
+    def record(self, header: list[int], start_s: float, end_s: float, command_s: float,
+               planned_s: float) -> None:
+        self.rows.append((self.submitted, start_s, end_s, header[TOKENS], header[PREFILL_TOKENS],
+                          command_s, planned_s))
         self.submitted += 1
 
     def as_tensor(self) -> torch.Tensor:
@@ -34,8 +30,8 @@ class StageTimeline:
 
 
 def timeline_frame(per_rank: list[torch.Tensor], tp: int) -> pd.DataFrame:
-    """Every rank's rows (``per_rank[r]``: rank r's ``as_tensor``), stage by stage, micro-batch order."""
-    out = pd.concat([pd.DataFrame(rows.numpy(), columns=list(FIELDS)).assign(rank=rank, stage=rank // tp)
+    out = pd.concat([pd.DataFrame(rows.numpy(), columns=list(FIELDS))
+                     .assign(rank=rank, stage=rank // tp)
                      for rank, rows in enumerate(per_rank)], ignore_index=True)
     for column in ("micro_batch", "tokens", "prefill_tokens"):
         out[column] = out[column].astype("int64")

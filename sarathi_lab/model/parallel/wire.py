@@ -1,6 +1,5 @@
-"""An iteration's batch as the driver sends it to the other ranks: a fixed header of counts (int64)
-and one byte buffer holding every index tensor, packed as the runner packs its host-to-device copy,
-never a pickled object. Every rank, the driver included, runs the views of the same buffer."""
+"""A batch as the driver sends it: an int64 header of counts and one byte buffer packed as the
+runner packs its host-to-device copy, never pickled; every rank runs views of the same buffer."""
 from __future__ import annotations
 
 import itertools
@@ -12,9 +11,10 @@ from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.model.runner import PreparedBatch, pack_layout, packed, pageable, unpacked
 
 # Header slots.
-OP, TOKENS, REQUESTS, LOGITS, TABLE_WIDTH, PREFILLS, DECODES, PREFILL_TOKENS, MAX_QUERY, NBYTES = range(10)
+(OP, TOKENS, REQUESTS, LOGITS, TABLE_WIDTH, PREFILLS, DECODES, PREFILL_TOKENS, MAX_QUERY,
+ NBYTES) = range(10)
 HEADER_LEN = 10
-# What the driver asks of the other ranks (header[OP]); TIMELINE: send the driver your stage's times.
+# header[OP]; TIMELINE: send the driver your stage's times.
 STEP, BUILD, STOP, TIMELINE = 1, 2, 3, 4
 
 
@@ -25,34 +25,31 @@ class WireBatch:
 
 
 def command(op: int) -> torch.Tensor:
-    """A header that carries only the command ``op`` (no batch)."""
     header = torch.zeros(HEADER_LEN, dtype=torch.int64)
     header[OP] = op
     return header
 
 
 def encode(prepared: PreparedBatch) -> WireBatch:
-    """``prepared`` (host tensors) as a header and one packed buffer."""
     meta = prepared.meta
     tables = meta.block_tables
     longs = [prepared.input_ids, prepared.positions, meta.slot_mapping, prepared.logits_indices]
     ints = [meta.query_start_loc, meta.seq_lens, tables.reshape(-1)]
     payload, _ = packed([t.numpy() for t in longs], [t.numpy() for t in ints], pageable)
     header = torch.tensor([STEP, len(prepared.input_ids), meta.num_prefills + meta.num_decodes,
-                           len(prepared.logits_indices), tables.shape[1], meta.num_prefills, meta.num_decodes,
-                           meta.num_prefill_tokens, meta.max_query_len, payload.numel()], dtype=torch.int64)
+                           len(prepared.logits_indices), tables.shape[1], meta.num_prefills,
+                           meta.num_decodes, meta.num_prefill_tokens, meta.max_query_len,
+                           payload.numel()], dtype=torch.int64)
     return WireBatch(header, payload)
 
 
 def spans(header: list[int]) -> list[tuple[int, int, torch.dtype]]:
-    """Where ``encode`` put each part, from the header's counts alone (the same packing, sizes only)."""
     tokens, requests = header[TOKENS], header[REQUESTS]
     return pack_layout([tokens, tokens, tokens, header[LOGITS]],
                        [requests + 1, requests, requests * header[TABLE_WIDTH]])[0]
 
 
 def decode(header: list[int], payload: torch.Tensor, device: torch.device) -> PreparedBatch:
-    """The batch ``encode`` sent, as views of ``payload`` (a host buffer) or of its copy on ``device``."""
     where = spans(header)
     host = unpacked(payload, where)
     flat = payload if device.type == "cpu" else payload.to(device, non_blocking=True)
@@ -61,7 +58,8 @@ def decode(header: list[int], payload: torch.Tensor, device: torch.device) -> Pr
     starts = host[4].tolist()
     query_lens = [b - a for a, b in itertools.pairwise(starts)]
     meta = AttentionMetadata(
-        num_prefills=header[PREFILLS], num_decodes=header[DECODES], num_prefill_tokens=header[PREFILL_TOKENS],
+        num_prefills=header[PREFILLS], num_decodes=header[DECODES],
+        num_prefill_tokens=header[PREFILL_TOKENS],
         query_start_loc=query_start_loc, seq_lens=seq_lens,
         block_tables=tables.view(header[REQUESTS], header[TABLE_WIDTH]), slot_mapping=slots,
         query_lens_host=query_lens, seq_lens_host=host[5].tolist(), max_query_len=header[MAX_QUERY])

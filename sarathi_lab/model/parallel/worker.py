@@ -1,8 +1,5 @@
-"""The loop of every rank but the driver: wait for the driver's command, then build an engine's part,
-run a step, send its stage's times, or leave. A rank has no scheduler and samples nothing; what fails
-here ends the process, whose closed connections end the driver's collectives, which then name this
-rank. In a pipeline engine the commands come point to point along the pipeline (chain.py), so that
-each stage takes the next micro-batch as soon as it is free."""
+"""The loop of every rank but the driver: build, step, send times, or leave, as commanded. What
+fails here ends the process, whose closed connections end the driver's collectives (naming it)."""
 from __future__ import annotations
 
 import gc
@@ -17,23 +14,22 @@ from sarathi_lab.model.parallel.group import RankGroup, engine_groups, join, tor
 from sarathi_lab.model.parallel.rank import RankPart, build_rank, run_stage, run_step
 from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, NBYTES, OP, STEP, STOP, TIMELINE
 
-# How long a rank waits for its forwards of the driver's last command to be taken before it leaves
-# (no engine's collective_timeout_s applies: none may be built).
+# Leaving, no engine's collective_timeout_s applies: none may be built.
 LEAVE_TIMEOUT_S = 10.0
 
 
 def from_torchrun() -> None:
-    """A rank torchrun started, other than rank 0 (which runs the program as usual)."""
     rank = torchrun_rank()
-    group = join(rank, int(os.environ["WORLD_SIZE"]), "env://", int(os.environ.get("LOCAL_RANK", rank)))
+    group = join(rank, int(os.environ["WORLD_SIZE"]), "env://",
+                 int(os.environ.get("LOCAL_RANK", rank)))
     serve(group)
 
 
 def serve(group: RankGroup) -> None:
     part: RankPart | None = None
     wire, timeout_s = None, LEAVE_TIMEOUT_S
-    # The sends of the micro-batch before the one this rank runs now: waited for once that one has
-    # run, so that a stage never waits for the next one to be free before it computes.
+    # The previous micro-batch's sends, waited for after this one runs: a stage never waits for the
+    # next to be free before it computes.
     pending: list = []
     while True:
         chain = part.chain if part is not None else None
@@ -70,7 +66,8 @@ def serve(group: RankGroup) -> None:
             part = None  # the previous engine's shard goes before the next one is built
             gc.collect()
             cfg = spec[0].config
-            groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s, cfg.tensor_parallel)
+            groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s,
+                                   cfg.tensor_parallel)
             wire, timeout_s = groups.wire, cfg.collective_timeout_s
             part = build_rank(spec[0], group, groups)
             dist.barrier(group=group.control)  # built: the driver may send steps
