@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from sarathi_lab.executors import ExecutorKind, executor_class, executor_names, unhonoured
-from sarathi_lab.host_features import cpu_has_bf16_units, cuda_available, usable_cores  # noqa: F401
+from sarathi_lab.host_features import cpu_has_bf16_units, cuda_available
 from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, render  # noqa: F401
 
 log = logging.getLogger("sarathi_lab")

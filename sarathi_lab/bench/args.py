@@ -6,7 +6,7 @@ import argparse
 from pathlib import PurePath
 
 from sarathi_lab import cli_args
-from sarathi_lab.config import usable_cores
+from sarathi_lab.host_features import usable_cores
 
 TABLE_SUFFIXES = (".csv", ".json")
 

@@ -12,8 +12,9 @@ import pandas as pd
 import torch
 
 from sarathi_lab.bench.args import table_path, thread_count
-from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig, usable_cores
+from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
 from sarathi_lab.engine.timer import CLOCKS
+from sarathi_lab.host_features import usable_cores
 from sarathi_lab.profiling.machine import default_device, fast_dtype, machine_record
 
 

@@ -8,7 +8,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from sarathi_lab.config import usable_cores
+from sarathi_lab.host_features import usable_cores
 
 # Timings stretch by about wait / (1 - wait): beyond this, past the spread the experiments resolve.
 UNRELIABLE_WAIT_SHARE = 0.10

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from sarathi_kernels.cpu_build import cpuinfo
 
-from sarathi_lab.config import cpu_has_bf16_units, run_dtype, usable_cores
+from sarathi_lab.config import run_dtype
+from sarathi_lab.host_features import cpu_has_bf16_units, usable_cores
 from sarathi_lab.profiling import isa
 from sarathi_lab.sim.device import cpu_name  # the simulator keys ceilings by it
 

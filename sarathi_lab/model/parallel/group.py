@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sarathi_lab.config import usable_cores
+from sarathi_lab.host_features import usable_cores
 
 # The driver may idle between generate calls at will; one that dies closes its connections at once.
 CONTROL_TIMEOUT = timedelta(days=7)
