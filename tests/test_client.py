@@ -17,7 +17,19 @@ NEEDS_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason='vLLM is not installed (pip install -e ".[vllm]")')
 
 
-class Toy:
+class Clocked:
+    """A clock of its own, which the client reads and moves on to the next arrival."""
+
+    now: float
+
+    def elapsed(self):
+        return self.now
+
+    def wait_until(self, t):
+        self.now = max(self.now, t)
+
+
+class Toy(Clocked):
     """Every request in the system gets one token a step; a step takes one second."""
 
     def __init__(self):
@@ -39,12 +51,6 @@ class Toy:
 
     def in_system(self):
         return len(self.left)
-
-    def elapsed(self):
-        return self.now
-
-    def wait_until(self, t):
-        self.now = max(self.now, t)
 
     def abandon(self):
         self.left.clear()
@@ -71,7 +77,7 @@ def test_a_request_due_during_a_step_with_a_connection_free_keeps_its_arrival():
     assert _toy([0, 0.5, 0.7], [3, 3, 3], cap=2) == [(0, 0, 0), (1, 0.5, 1.0), (2, 3.0, 3.0)]
 
 
-class Stepped:
+class Stepped(Clocked):
     """An engine on a clock of one second a step: what the client admits, step by step."""
 
     def __init__(self, engine):
@@ -91,12 +97,6 @@ class Stepped:
 
     def in_system(self):
         return self.engine.in_system()
-
-    def elapsed(self):
-        return self.now
-
-    def wait_until(self, t):
-        self.now = max(self.now, t)
 
     def abandon(self):
         self.engine.abandon()
