@@ -165,11 +165,7 @@ def cli() -> None:
     args = sys.argv[1:]
     try:
         from sarathi_lab import cli_args
-        from sarathi_lab.harness.cli_check import (
-            check_command_line,
-            output_dir_problem,
-            sweep_note,
-        )
+        from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
 
 
         if not {"--help", "-h", "--hydra-help"} & set(args):

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from omegaconf import OmegaConf
 
 from sarathi_lab import LLM, cli_args, provenance
+from sarathi_lab.analysis.paper import PREFILL_SLOWDOWN_BOUND as BOUNDS
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.harness.tasks import reread
@@ -23,8 +24,6 @@ DEVICES = ("a6000", "a100", "h100", "h200")
 SIMULATED = ("a6000", "h100")  # the paper's device and ours
 MODEL, CHUNKS, LENGTHS = "llama-13b", (256, 512), (1024, 3072)
 COST_MODELS = ("roofline", "calibrated")
-# SARATHI, Fig. 13.
-BOUNDS = {256: 1.2, 512: 1.1}
 
 
 def ridge_tokens(matmul_flops: float, bytes_per_s: float, elem_bytes: int = 2) -> float:
