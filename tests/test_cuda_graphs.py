@@ -33,7 +33,7 @@ from sarathi_lab.model.cuda_graphs import (
     graph_sizes,
     token_buckets,
 )
-from sarathi_lab.profiling.batches import SyntheticBatches
+from sarathi_lab.measure.profiling.batches import SyntheticBatches
 from tests.test_pod_attention import always
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # padded rows' 0/0

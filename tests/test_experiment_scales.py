@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from sarathi_lab.analysis import registry
-from sarathi_lab.gpu import plan
+from sarathi_lab.measure.gpu import plan
 from sarathi_lab.harness import CONF_DIR, scales
 from sarathi_lab.harness.cli_check import compose_config
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sarathi_lab.gpu import engine_code, queue, state
-from sarathi_lab.gpu.context import Context
-from sarathi_lab.gpu.plan import Step
-from sarathi_lab.gpu.steps import paper
+from sarathi_lab.measure.gpu import engine_code, queue, state
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.plan import Step
+from sarathi_lab.measure.gpu.steps import paper
 from sarathi_lab.harness import scales
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -174,10 +174,10 @@ def test_analysis_reads_result_files_and_launches_nothing():
 
 def test_the_checker_sees_function_level_relative_and_dynamic_imports(tmp_path):
     source = ("def f():\n    from sarathi_lab.harness import runner\n"
-              "from . import floors\nimportlib.import_module('sarathi_lab.bench.common')\n")
+              "from . import floors\nimportlib.import_module('sarathi_lab.measure.bench.common')\n")
     path = tmp_path / "probe.py"
     path.write_text(source)
-    assert sorted(n for n, _ in _imports(path, package="sarathi_lab.profiling")) == ["bench", "harness", "profiling"]
+    assert sorted(n for n, _ in _imports(path, package="sarathi_lab.measure.profiling")) == ["bench", "harness", "profiling"]
     assert _cycle({"a": {"b": []}, "b": {"a": []}}) in (["a", "b", "a"], ["b", "a", "b"])
     assert _cycle({"a": {"b": []}, "b": {}}) is None
 

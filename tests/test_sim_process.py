@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from sarathi_lab.bench import sim_process, sim_speed
+from sarathi_lab.measure.sim_check import sim_process, sim_speed
 from sarathi_lab.config import REPO_ROOT
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from sarathi_lab import LLM
 from sarathi_lab.harness.schema import MeasureCfg
-from sarathi_lab.harness.tasks import TASKS, measurement
+from sarathi_lab.measure.tasks import TASKS, measurement
 from sarathi_lab.harness.workloads import split_length
-from sarathi_lab.profiling.ops import OPS
+from sarathi_lab.measure.profiling.ops import OPS
 
 SIMULATED_TASKS = ("iteration_sweep", "op_breakdown", "piggyback", "reread")
 
@@ -97,7 +97,7 @@ def test_the_readers_take_the_alignment_a_piggyback_run_recorded(tmp_path):
     # what ran: sarathi_serve has no such knob and runs its chunk as set, whatever ++ added.
     from sarathi_lab.harness.compose import run_in_process
     from sarathi_lab.harness.results import load_runs
-    from sarathi_lab.profiling import quantities
+    from sarathi_lab.analysis import quantities
 
     common = ["task=piggyback", "executor=sim", "model=tiny", "logger=none", "chunk=32", "batch_size=4",
               "seq_len=64", "measure.reps=1"]

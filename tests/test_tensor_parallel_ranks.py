@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from sarathi_lab import LLM, SamplingParams
-from sarathi_lab.bench import tp_wire
+from sarathi_lab.measure.bench import tp_wire
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model.parallel import driver

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sarathi_lab import code_commit
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness.vllm_args import UNAVAILABLE, vllm_version
-from sarathi_lab.profiling.machine import device_name
+from sarathi_lab.measure.profiling.machine import device_name
 
 if TYPE_CHECKING:
     import torch

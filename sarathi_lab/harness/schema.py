@@ -29,7 +29,7 @@ from sarathi_lab.engine.scheduler import (
 from sarathi_lab.engine.scheduler.base import unknown_knob
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.executors import task_refusal
-from sarathi_lab.harness.tasks import TASKS
+from sarathi_lab.measure.tasks import TASKS
 from sarathi_lab.model.presets import PRESETS
 
 

@@ -1,0 +1,1 @@
+"""The simulator checked against the engine and against GPU measurements, in one place."""
