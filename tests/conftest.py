@@ -30,3 +30,6 @@ def cpu_ceilings(tmp_path_factory):
     path.write_text(json.dumps({f"{cpu_name()}|{dtype}": entry for dtype in DTYPES}))
     os.environ[CEILINGS_ENV] = str(path)
     return path
+
+# The wing's measurements (task=NAME) registered, as run.py's import of them registers them.
+import sarathi_lab.measure.tasks  # noqa: F401

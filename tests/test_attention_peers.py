@@ -16,11 +16,11 @@ from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.plan import BY_NAME, HEAD
 from sarathi_lab.measure.gpu.report import attention_figure
 from sarathi_lab.measure.gpu.steps import attention as step
-from sarathi_lab.model import PRESETS
-from sarathi_lab.model.shape import Shape, iteration_cost
 from sarathi_lab.measure.profiling import attention_peers as peers
 from sarathi_lab.measure.profiling.attention_grid import CONTENDERS, FLEX, GRIDS, SDPA, Case
+from sarathi_lab.model import PRESETS
 from sarathi_lab.model.floors import attention_floor
+from sarathi_lab.model.shape import Shape, iteration_cost
 
 CPU = torch.device("cpu")
 # What a reviewer's script matches: the ratio, then the shape in one of its three forms.

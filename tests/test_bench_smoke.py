@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.measure.bench import (
     attention_reread,
     ceilings,
@@ -23,10 +24,9 @@ from sarathi_lab.measure.bench import (
     versus,
 )
 from sarathi_lab.measure.bench.common import apply_smoke
-from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.model import PRESETS
-from sarathi_lab.model.shape import Shape, visible_pairs
 from sarathi_lab.model.floors import floor
+from sarathi_lab.model.shape import Shape, visible_pairs
 
 # One thread: other jobs share the cores, and oversubscribed OpenMP threads slow to a crawl.
 SMOKE = ["--smoke", "--threads", "1"]
@@ -269,7 +269,8 @@ def test_attention_reread_refuses_chunks_that_leave_no_case(capsys):
 
 
 def test_a_bad_size_is_refused_from_the_command_line():
-    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench", "ceilings", "--reps", "0"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench", "ceilings", "--reps", "0"],
+                         capture_output=True,
                          text=True, check=False, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.splitlines()[-1].endswith("error: argument --reps: '0' is invalid: must be an integer >= 1")

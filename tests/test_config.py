@@ -28,7 +28,7 @@ from sarathi_lab.harness.schema import (
     WorkloadCfg,
     parse_config,
 )
-from sarathi_lab.measure.tasks import kv_requests
+from sarathi_lab.harness.tasks import kv_requests
 from sarathi_lab.host_features import usable_cores
 from sarathi_lab.model import load_config
 from sarathi_lab.plan import build_scheduler, plan_engine, probe_host

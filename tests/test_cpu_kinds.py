@@ -16,10 +16,10 @@ from sarathi_lab.config import DTYPES, ConfigError, EngineConfig, run_dtype
 from sarathi_lab.harness.compose import compose_config
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
-from sarathi_lab.model import cpu_linear
-from sarathi_lab.plan import plan_engine
 from sarathi_lab.measure.profiling import isa
 from sarathi_lab.measure.profiling.machine import fast_dtype
+from sarathi_lab.model import cpu_linear
+from sarathi_lab.plan import plan_engine
 
 # Whether each kind has bf16 matrix units (as isa.apply makes torch's probes answer) and oneDNN's
 # float16 (avx512_fp16 or avx_ne_convert, which none of the emulated kinds has: Zen 4, Cascade Lake

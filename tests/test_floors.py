@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sarathi_lab.model.floors import LAUNCH_FLOOR_S, attention_floor, floor, sequential_floor
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.model.shape import Shape, iteration_cost, kernel_costs
-from sarathi_lab.model.floors import LAUNCH_FLOOR_S, attention_floor, floor, sequential_floor
 
 SHAPES = [Shape.of(PRESETS[name]) for name in ("tiny", "llama-13b", "mistral-7b")]
 # An H200's ceilings as the env step measured them (GB/s, GFLOP/s).
@@ -74,8 +74,8 @@ def test_a_prefix_0_chunks_attention_is_held_to_a_launch_floor_of_a_few_microsec
 
 
 def test_the_floor_table_lists_every_launch_iteration_with_both_floors():
+    from sarathi_lab.analysis.launch_grid import CASES, MORE_CONTEXTS
     from sarathi_lab.measure.profiling.floor_table import markdown, rows
-    from sarathi_lab.measure.profiling.launch import CASES, MORE_CONTEXTS
 
     found = rows(COPY_GBPS, MATMUL_GFLOPS / 1e3)
     assert len(found) == len(CASES) * (1 + len(MORE_CONTEXTS["cuda"]))

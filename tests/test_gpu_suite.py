@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from sarathi_lab.analysis import registry
+from sarathi_lab.harness import scales
 from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.__main__ import exit_code, pending, record_killed
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
 from sarathi_lab.measure.gpu.state import Metric, StepResult
 from sarathi_lab.measure.gpu.wheels import installs_there
-from sarathi_lab.harness import scales
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,8 @@ def suite(*args: str, out_env: Path | None = None, timeout: float = 600,
     env.pop("OUT", None)
     if out_env is not None:
         env["OUT"] = str(out_env)
-    return subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", *args], cwd=ROOT, env=env,
+                          capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 
@@ -580,8 +581,8 @@ def test_launch_times_the_hybrid_iterations_again_with_their_attention_co_schedu
     # The 1.25x physical-floor target holds once prefill and decode attention are co-scheduled: the
     # step switches the engine to attention_hybrid=pod (its graphs captured again) and names those ,pod.
     from sarathi_lab import LLM
+    from sarathi_lab.analysis.launch_grid import CASES
     from sarathi_lab.measure.gpu.steps import launch
-    from sarathi_lab.measure.profiling.launch import CASES
 
     seen = []
 

@@ -21,10 +21,10 @@ from sarathi_lab import LLM, ConfigError, host_memory
 from sarathi_lab.attention.backend import interpreted
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.measure.gpu.plan import STEPS
 from sarathi_lab.harness.cli_check import check_command_line
 from sarathi_lab.harness.schema import WorkloadCfg, parse_config
 from sarathi_lab.harness.workloads import read_trace, resolve_trace_path
+from sarathi_lab.measure.gpu.plan import STEPS
 from sarathi_lab.model import memory
 from sarathi_lab.plan import plan_engine
 from tests.hf_models import save_random_model

@@ -1,7 +1,7 @@
-"""The GPU suite's ``hybrid`` step (measure/profiling/hybrid_grid.py, hybrid_attention.py, measure/gpu/steps/hybrid.py) on
-the CPU: every contender computes the reference attention of a hybrid batch; one that does not is
-caught and not timed; the floors are the hand count; the GPU grid is the issue's batches; the step
-writes its table, resumes, and runs in the suite's dry run."""
+"""The GPU suite's ``hybrid`` step (measure/profiling/hybrid_grid.py, hybrid_attention.py, measure/gpu/steps/hybrid.py)
+on the CPU: every contender computes the reference attention of a hybrid batch; one that does not is caught and not
+timed; the floors are the hand count; the GPU grid is the issue's batches; the step writes its table, resumes, and runs
+in the suite's dry run."""
 from __future__ import annotations
 
 import pandas as pd

@@ -15,7 +15,8 @@ from sarathi_lab.measure.profiling.machine import cpu_flags
 # What a process held to each kind sees: torch's AVX-512 probe, the engine's bf16 choice, the
 # kernels' vector width (floats), torch's dispatch capability.
 EXPECTED = {"avx2": "False False 8 AVX2", "avx512-vnni": "True False 16 AVX512", "avx512-bf16": "True True 16 AVX512"}
-PROBE = ("from sarathi_lab.measure.profiling import isa; isa.apply(); import torch; from sarathi_kernels import cpu_ops;"
+PROBE = ("from sarathi_lab.measure.profiling import isa; isa.apply(); import torch; "
+         "from sarathi_kernels import cpu_ops;"
          "from sarathi_lab.config import cpu_has_bf16_units;"
          "print(torch.cpu._is_avx512_supported(), cpu_has_bf16_units(), cpu_ops._tile_columns(),"
          " torch.backends.cpu.get_cpu_capability())")

@@ -7,9 +7,9 @@ from __future__ import annotations
 from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.plan import BY_NAME
+from sarathi_lab.measure.profiling.kernel_count import static_layer_kernels
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.measure.profiling.kernel_count import static_layer_kernels
 from sarathi_lab.tuned_kernels import DEFAULT, GemmChoice, TunedTable, gemm_key
 
 LLAMA_13B = Shape.of(PRESETS["llama-13b"])

@@ -6,7 +6,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.measure.profiling.launch import CASES
+from sarathi_lab.analysis.launch_grid import CASES
 from sarathi_lab.measure.profiling.overlap import concurrent_ms, kernel_rows, streams_busy_ms
 
 

@@ -11,9 +11,9 @@ import pytest
 from sarathi_lab.analysis import claims, registry
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 from sarathi_lab.analysis.runs import Results
+from sarathi_lab.harness import CONF_DIR, scales
 from sarathi_lab.measure.gpu.plan import STEPS, build_steps
 from sarathi_lab.measure.gpu.steps.paper import sweep_argv
-from sarathi_lab.harness import CONF_DIR, scales
 from sarathi_lab.produce import sweep_args
 
 

@@ -4,8 +4,8 @@ import math
 import pandas as pd
 import pytest
 
-from sarathi_lab.model import load_config
 from sarathi_lab.measure.sim_check import engine_fidelity
+from sarathi_lab.model import load_config
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 

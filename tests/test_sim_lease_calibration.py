@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sarathi_lab.measure.sim_check.calibration_cli import calibrations
+from sarathi_lab.measure.sim_check.lease_kernels import LEASES_DIR, lease_kernels, newest_lease
 from sarathi_lab.sim import CostModel
 from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit_lease, measured_shape
-from sarathi_lab.measure.sim_check.calibration_cli import calibrations
 from sarathi_lab.sim.device import load_device
-from sarathi_lab.measure.sim_check.lease_kernels import LEASES_DIR, lease_kernels, newest_lease
 
 LEASE = LEASES_DIR / "h100" / "2026-11-27_7fae342"
 LAUNCH = re.compile(r"engine_ms\[(?:c=(\d+)\+)?b=(\d+)(?:,ctx=(\d+))?\]")

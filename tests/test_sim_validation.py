@@ -13,8 +13,8 @@ import math
 import pandas as pd
 import pytest
 
-from sarathi_lab.measure.sim_check.sim_validate import SERVED, Case, CPUClock, host_probe, validate
 from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.measure.sim_check.sim_validate import SERVED, Case, CPUClock, host_probe, validate
 
 pytestmark = pytest.mark.e2e
 

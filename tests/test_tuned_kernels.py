@@ -153,9 +153,9 @@ def test_the_engine_s_greedy_tokens_are_the_same_through_a_table_s_triton_gemms_
     from sarathi_kernels import gemm as gemm_module
 
     from sarathi_lab import LLM
+    from sarathi_lab.measure.profiling.gemm_sweep import projections
     from sarathi_lab.model.presets import PRESETS
     from sarathi_lab.model.shape import Shape
-    from sarathi_lab.measure.profiling.gemm_sweep import projections
 
     shape = Shape.of(PRESETS["tiny"])
     choice = {p.key: {1: GemmChoice("triton", 16, 64, 32, 2 if p.name == "down_proj" else 1, 4, 2)}

@@ -9,7 +9,7 @@ from typing import Any
 from sarathi_lab.config import ConfigError, EngineConfig, Keys, named_as
 from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.schema import RunConfig, engine_keys
-from sarathi_lab.measure.tasks import check_task, kv_blocks, kv_requests
+from sarathi_lab.harness.tasks import check_task, kv_blocks, kv_requests
 from sarathi_lab.harness.vllm_args import check_vllm
 from sarathi_lab.harness.workloads import Workload, build_workload
 from sarathi_lab.plan import (

@@ -31,7 +31,7 @@ from sarathi_lab.harness.results import (
 from sarathi_lab.harness.run_inputs import run_inputs
 from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables
 from sarathi_lab.harness.schema import RunConfig, engine_keys
-from sarathi_lab.measure.tasks import TaskContext, measurement, takes_context
+from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
 from sarathi_lab.harness.workloads import Workload
 from sarathi_lab.model import ModelLoadError

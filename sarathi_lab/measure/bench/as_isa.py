@@ -1,7 +1,7 @@
-"""``python -m sarathi_lab.measure.bench.as_isa KIND BENCHMARK [args]``: run one benchmark as another x86
-machine kind would run it, on this CPU (docs/benchmarks.md); the tables' machine line says which
-kind it was. The environment is set, then this module starts again in a fresh interpreter: the
-libraries read their ISA settings when they load.
+"""``python -m sarathi_lab.measure.bench.as_isa KIND BENCHMARK [args]``: run one benchmark as
+another x86 machine kind would run it, on this CPU (docs/benchmarks.md); the tables' machine line
+says which kind it was. The environment is set, then this module starts again in a fresh
+interpreter: the libraries read their ISA settings when they load.
 
     python -m sarathi_lab.measure.bench.as_isa avx2 iteration --dtype float32
 """

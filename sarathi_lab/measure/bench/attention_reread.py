@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from sarathi_lab import host_load as load
 from sarathi_lab.measure.bench.args import bench_parser, positive_int, positive_ints
 from sarathi_lab.measure.bench.common import add_common_args, parse, print_table
-from sarathi_lab import host_load as load
 from sarathi_lab.measure.profiling.attention import (
     LLAMA_HEAD_DIM,
     LLAMA_HEADS,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.measure.bench.args import table_path, thread_count
 from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
 from sarathi_lab.engine.timer import CLOCKS
 from sarathi_lab.host_features import usable_cores
+from sarathi_lab.measure.bench.args import table_path, thread_count
 from sarathi_lab.measure.profiling.machine import default_device, fast_dtype, machine_record
 
 

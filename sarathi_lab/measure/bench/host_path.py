@@ -11,6 +11,10 @@ from typing import ClassVar
 import pandas as pd
 import torch
 
+from sarathi_lab import host_load as load
+from sarathi_lab.config import DTYPE_BYTES, EngineConfig
+from sarathi_lab.engine.block_manager import blocks_for
+from sarathi_lab.engine.metrics import overhead_fraction
 from sarathi_lab.measure.bench.args import (
     bench_parser,
     hybrid_pairs,
@@ -19,10 +23,6 @@ from sarathi_lab.measure.bench.args import (
     table_path,
 )
 from sarathi_lab.measure.bench.common import parse, print_table
-from sarathi_lab.config import DTYPE_BYTES, EngineConfig
-from sarathi_lab.engine.block_manager import blocks_for
-from sarathi_lab.engine.metrics import overhead_fraction
-from sarathi_lab import host_load as load
 from sarathi_lab.measure.profiling.machine import describe_machine
 from sarathi_lab.measure.profiling.overhead import TARGET
 

@@ -9,18 +9,18 @@ from functools import partial
 
 import pandas as pd
 
-from sarathi_lab.measure.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints
-from sarathi_lab.measure.bench.common import add_common_args, parse, print_table
+from sarathi_lab import host_load as load
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.timer import make_clock, median_time
-from sarathi_lab.model.shape import Shape
-from sarathi_lab import host_load as load
+from sarathi_lab.measure.bench.args import bench_parser, hybrid_pairs, positive_int, positive_ints
+from sarathi_lab.measure.bench.common import add_common_args, parse, print_table
 from sarathi_lab.measure.profiling.batches import LAYOUTS, SyntheticBatches
 from sarathi_lab.measure.profiling.ceilings import SMOKE as CEILING_SMOKE
 from sarathi_lab.measure.profiling.ceilings import measure_ceilings
-from sarathi_lab.model.floors import floor
 from sarathi_lab.measure.profiling.machine import describe_machine
+from sarathi_lab.model.floors import floor
+from sarathi_lab.model.shape import Shape
 
 # (case, size) -> the most its time may be as a multiple of its floor.
 TARGETS = {("decode", 8): 2.0, ("prefill", 256): 1.3, ("prefill", 512): 1.3}

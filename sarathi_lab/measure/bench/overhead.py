@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sarathi_lab import host_load as load
+from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.measure.bench.args import bench_parser, int_range, names_of, positive_int
 from sarathi_lab.measure.bench.common import add_common_args, make_workload, parse, print_table
-from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab import host_load as load
 from sarathi_lab.measure.profiling.machine import describe_machine
 from sarathi_lab.measure.profiling.overhead import HOST_PARTS, TARGET, serve
 

@@ -6,14 +6,14 @@ import numpy as np
 import torch
 from sarathi_kernels import cpu_ops
 
-from sarathi_lab.measure.bench.args import bench_parser, comma_list, positive_int, positive_ints
-from sarathi_lab.measure.bench.common import add_common_args, parse, print_table
+from sarathi_lab import host_load as load
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import interleaved, make_clock
+from sarathi_lab.measure.bench.args import bench_parser, comma_list, positive_int, positive_ints
+from sarathi_lab.measure.bench.common import add_common_args, parse, print_table
+from sarathi_lab.measure.profiling.machine import describe_machine
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.sampler import Sampler, uniform
-from sarathi_lab import host_load as load
-from sarathi_lab.measure.profiling.machine import describe_machine
 
 
 def _probability(text: str) -> float:

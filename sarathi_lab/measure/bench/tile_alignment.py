@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab import cli_args, provenance
+from sarathi_lab.analysis import quantities
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.tiles import aligned_chunk
-from sarathi_lab.analysis import quantities
 from sarathi_lab.sim.cost_model import CostModel, batch_tokens
 
 # The paper's LLaMA-33B on an A100 (its kernels never measured), and Llama-2-7B, whose were

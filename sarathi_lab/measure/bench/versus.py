@@ -17,12 +17,12 @@ import pandas as pd
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from sarathi_lab import host_load as load
+from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.engine.timer import interleaved, make_clock
 from sarathi_lab.measure.bench import vllm_cpu
 from sarathi_lab.measure.bench.args import bench_parser, names_of, positive_int
 from sarathi_lab.measure.bench.common import add_common_args, make_workload, parse, print_table
-from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab.engine.timer import interleaved, make_clock
-from sarathi_lab import host_load as load
 from sarathi_lab.measure.profiling.machine import describe_machine
 
 SCHEDULERS = scheduler_names()

@@ -1,13 +1,13 @@
 """python -m sarathi_lab.measure.gpu: the GPU suite, resumable step by step (docs/gpu/README.md).
 
-    python -m sarathi_lab.measure.gpu --plan                 # steps, expected minutes, how they fill calls
-    python -m sarathi_lab.measure.gpu --next --budget-min 9  # what is due, most valuable first, by call
+    python -m sarathi_lab.measure.gpu --plan     # steps, expected minutes, how they fill calls
+    python -m sarathi_lab.measure.gpu --next --budget-min 9  # what is due, most valuable first
     # the queue's head:
     python -m sarathi_lab.measure.gpu --next --run --budget-min 9 --restore .gpu/suite.tar.gz
     python -m sarathi_lab.measure.gpu --dry-run              # every step on the CPU at tiny shapes
     # on the GPU machine:
     python -m sarathi_lab.measure.gpu --out outputs/gpu --restore .gpu/suite.tar.gz
-    python -m sarathi_lab.measure.gpu --own  # your own GPU: the paper's setting, no budget, one folder
+    python -m sarathi_lab.measure.gpu --own  # your own GPU: the paper's setting, no budget
 
 The driver does no device work: a worker process runs the steps, and a fresh one follows a worker
 that dies, so a crash or a broken CUDA context costs one step, not the call.
@@ -69,7 +69,8 @@ def run_worker(job: dict, watch: Progress | None = None) -> int:
     # before the KV cache is allocated.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "PYTHONUNBUFFERED": "1"} | dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.measure.gpu.worker", json.dumps(job)],
+    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.measure.gpu.worker",
+                             json.dumps(job)],
                             cwd=REPO_ROOT, env=env, start_new_session=True)
     deadline = job["deadline"]
     try:
@@ -176,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.gpu", description=__doc__.split("\n\n")[0],
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.gpu",
+                             description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--plan", action="store_true",
                         help="print the steps and expected minutes, run nothing")

@@ -19,9 +19,9 @@ from sarathi_lab import cli_args, provenance, tuned_kernels
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import COMMIT, DEVICE, StepResult, Summary
 from sarathi_lab.config import REPO_ROOT, device_slug
+from sarathi_lab.harness.environment import EAGER, GRAPHS, engine_kind
 from sarathi_lab.measure.gpu import archive_members, sweep_record
 from sarathi_lab.measure.gpu.archive_members import ArchiveRefused
-from sarathi_lab.harness.environment import EAGER, GRAPHS, engine_kind
 
 # Kept: small tables and figures; never the paper sweeps' run folders.
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png"
@@ -277,7 +277,8 @@ def index_text(root: Path, new: dict | None = None) -> str:
                     f"{gpu_records.cell(lease['engine'])} | {steps} | {profile} |")
     return ("# GPU suite leases\n\nOne folder per lease, `docs/gpu/<device>/<lease>/` (lease: the "
             "date and the commit its steps ran at), written by `python -m "
-            "sarathi_lab.measure.gpu.collect`, which also writes this index; the simulator reads the "
+            "sarathi_lab.measure.gpu.collect`, which also writes this index; the simulator reads "
+            "the "
             "newest lease's profiles of a device unless told one (`SARATHI_PROFILE_LEASE`).\n\n| "
             "device | lease | engine commit | engine | steps | profiles "
             "|\n|---|---|---|---|---|---|\n"

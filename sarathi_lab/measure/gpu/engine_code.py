@@ -12,21 +12,27 @@ from sarathi_lab.config import REPO_ROOT
 SOURCE_SUFFIXES = (".py", ".yaml", ".cu", ".cuh", ".cpp", ".h", ".c")
 ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model",
           "sarathi_lab/attention", "sarathi_lab/llm.py", "sarathi_lab/config.py")
+# A run of the harness, and the tasks it measures with.
+RUNS = ("sarathi_lab/harness", "sarathi_lab/conf", "sarathi_lab/host_load.py",
+        "sarathi_lab/measure/tasks", "sarathi_lab/measure/profiling",
+        "sarathi_lab/analysis/quantities.py")
 # Each step group's own inputs beside its module (sarathi_lab/measure/gpu/steps/<group>.py).
 GROUP_PATHS: dict[str, tuple[str, ...]] = {
     "env": ("sarathi_lab/measure/profiling/ceilings.py",),
     "kernels": ("kernels", "sarathi_lab/measure/profiling/kernel_check.py",
                 "sarathi_lab/measure/profiling/kernel_record.py"),
-    "attention": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/measure/profiling",
-                  "sarathi_lab/model/shape.py"),
+    "attention": ("kernels/sarathi_kernels", "sarathi_lab/attention",
+                  "sarathi_lab/measure/profiling", "sarathi_lab/model/shape.py",
+                  "sarathi_lab/model/floors.py"),
     "hybrid": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/measure/profiling",
-               "sarathi_lab/model/shape.py"),
+               "sarathi_lab/model/shape.py", "sarathi_lab/model/floors.py"),
     "tune": ("kernels/sarathi_kernels", "sarathi_lab/measure/profiling"),
     "engine": ENGINE,
     "overhead": (*ENGINE, "sarathi_lab/measure/profiling"),
-    "launch": (*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/measure/gpu/steps/launch_overlap.py"),
-    "profile": (*ENGINE, "sarathi_lab/harness", "sarathi_lab/conf"),
-    "paper": (*ENGINE, "sarathi_lab/harness", "sarathi_lab/conf"),
+    "launch": (*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/analysis/launch_grid.py",
+               "sarathi_lab/measure/gpu/steps/launch_overlap.py"),
+    "profile": (*ENGINE, *RUNS),
+    "paper": (*ENGINE, *RUNS),
 }
 
 

@@ -36,7 +36,8 @@ PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0
 HEAD: tuple[Step, ...] = (
     Step("env", 0.3,
          "device, driver, versions; copy bandwidth (1 GiB device copy), read bandwidth (a sum over "
-         "1 GiB) and bf16 matmul rate (8192^3 torch.mm), fastest of 20 (measure/profiling/ceilings.py)"),
+         "1 GiB) and bf16 matmul rate (8192^3 torch.mm), fastest of 20 "
+         "(measure/profiling/ceilings.py)"),
     Step("launch", 1.9,
          "LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
          "prompt's last) alone and beside 17 decodes, and the tile-aligned chunks beside 17 (111, "
@@ -47,7 +48,8 @@ HEAD: tuple[Step, ...] = (
          "and from graphs of that launch, recaptured); c=512/495 + 17 whole and as two "
          "nano-batches on two streams (,whole / ,overlap: graphs of the batch; timeline.csv per "
          "stream); per iteration kind at 1024, its kernels under torch.profiler grouped "
-         "(kernels.csv, measure/profiling/kernel_breakdown.py) (estimate: 34 batches x 42 forwards of <= "
+         "(kernels.csv, measure/profiling/kernel_breakdown.py) (estimate: 34 batches x 42 forwards "
+         "of <= "
          "60 ms, two captures and 8 of a batch, 21 profiles)"),
     Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
          "the engine's paged attention vs SDPA's flash and cuDNN (capability 9.0+) kernels and "
@@ -65,7 +67,8 @@ HEAD: tuple[Step, ...] = (
          "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and "
          "a 2K prefill; decode: b=18 at 1K, b=64 at 4K; 40/40 and 32/8 heads), split counts around "
          "the planner's; LLaMA-13B and Mistral-7B qkv/o_proj/gate_up/down at 128-1024 tokens, "
-         "cuBLAS vs Triton split-K; writes the device's tuned table (measure/profiling/attention_sweep.py, "
+         "cuBLAS vs Triton split-K; writes the device's tuned table "
+         "(measure/profiling/attention_sweep.py, "
          "gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)"),
     Step("engine", 0.9, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens"),
@@ -73,7 +76,8 @@ HEAD: tuple[Step, ...] = (
          "each decode-only and hybrid iteration's time outside "
          "the forward pass (target < 5%), and its stalls"),
     Step("kernels", 3.0,
-         "measure/profiling/kernel_check.py: Triton paged attention vs the torch backend in fp32/fp16/bf16 "
+         "measure/profiling/kernel_check.py: Triton paged attention vs the torch backend in "
+         "fp32/fp16/bf16 "
          "(kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
 )
 

@@ -4,7 +4,8 @@ with ``executor=sim`` on each simulated chip under each cost model, one at a tim
 docs/sim/predictions_<device>_<commit>.csv.
 
     python -m sarathi_lab.measure.gpu.predict   # h100 and h200, profile and calibrated
-    python -m sarathi_lab.measure.gpu.predict --devices h200 --cost-models profile --steps paper.capacity
+    python -m sarathi_lab.measure.gpu.predict --devices h200 --cost-models profile \
+        --steps paper.capacity
 
 A row per job and cost model: what the GPU run will measure (median TTFT, P50/P99 TBT, median
 scheduling delay; a search's capacity and binding) and ``serving_s``, the seconds of virtual clock
@@ -23,9 +24,9 @@ import pandas as pd
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import REPO_ROOT, ConfigError
+from sarathi_lab.harness.results import METRICS, read_record
 from sarathi_lab.measure.gpu.plan import Step, select
 from sarathi_lab.measure.gpu.steps.paper import job_overrides
-from sarathi_lab.harness.results import METRICS, read_record
 
 DEVICES = ("h100", "h200")
 COST_MODELS = ("profile", "calibrated")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import yaml
 
+from sarathi_lab.harness.results import is_finished
 from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.plan import Step
 from sarathi_lab.measure.gpu.steps.paper import job_overrides, sweep_dir
-from sarathi_lab.harness.results import is_finished
 
 # How often the driver reads the out directory while a worker runs (a capacity search can take
 # minutes a job).

@@ -12,9 +12,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from sarathi_lab.analysis.gpu_records import is_number
+from sarathi_lab.harness.results import current_names
 from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.steps.env import ceilings
-from sarathi_lab.harness.results import current_names
 from sarathi_lab.measure.profiling.overhead import TARGET
 
 

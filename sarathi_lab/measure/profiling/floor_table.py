@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 from sarathi_lab import cli_args
+from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, label
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.model import load_config
-from sarathi_lab.model.shape import Shape
 from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
-from sarathi_lab.measure.profiling.launch import MORE_CONTEXTS, SHAPES, label
+from sarathi_lab.model.shape import Shape
 
 
 def rows(memory_gbps: float, matmul_tflops: float, device: str = "cuda") -> list[dict]:

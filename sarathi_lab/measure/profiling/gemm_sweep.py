@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sarathi_lab.model.shape import Shape
 from sarathi_lab.measure.profiling.attention_peers import rel_diff, time_interleaved
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.tuned_kernels import GemmChoice, gemm_key
 
 TOKENS = (128, 256, 512, 1024)

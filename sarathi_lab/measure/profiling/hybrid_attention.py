@@ -15,8 +15,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.measure.profiling.attention import context_slot_mapping, paged_batch, paged_cache
 from sarathi_lab.measure.profiling.attention_grid import FLEX, SDPA, Case
-from sarathi_lab.measure.profiling.attention_peers import Flex, Inputs, engine_call, sdpa_call, time_checked
-from sarathi_lab.model.floors import attention_floor
+from sarathi_lab.measure.profiling.attention_peers import (
+    Flex,
+    Inputs,
+    engine_call,
+    sdpa_call,
+    time_checked,
+)
 from sarathi_lab.measure.profiling.hybrid_grid import (
     CONTENDERS,
     ONE_LAUNCH,
@@ -28,6 +33,7 @@ from sarathi_lab.measure.profiling.hybrid_grid import (
     TWO_LAUNCHES,
     HybridCase,
 )
+from sarathi_lab.model.floors import attention_floor
 
 
 @dataclass

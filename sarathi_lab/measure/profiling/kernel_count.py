@@ -8,8 +8,8 @@ from contextlib import nullcontext
 
 import torch
 
-from sarathi_lab.model.shape import Shape
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.tuned_kernels import DEFAULT, TunedTable, table_for, using
 
 STAGES = ("before", "after")

@@ -9,8 +9,8 @@ import torch
 from sarathi_lab.engine.metrics import iteration_kinds, overhead_fraction
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import make_clock, time_calls
-from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
+from sarathi_lab.model.runner import batch_tensors
 
 # The one definition every benchmark and the GPU suite judge: time outside the forward over the
 # whole.

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from sarathi_lab.engine.timer import interleaved
-from sarathi_lab.model.nano_batch import NO_OVERLAP, OverlapRule
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
+from sarathi_lab.model.nano_batch import NO_OVERLAP, OverlapRule
 
 OVERLAP = OverlapRule("nano_batch")
 

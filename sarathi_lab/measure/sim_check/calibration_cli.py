@@ -1,6 +1,6 @@
-"""``python -m sarathi_lab.measure.sim_check.calibration_cli``: fits every measured GPU's calibration
-(calibration.fit) and writes it into its device file, keeping everything above the marker line of
-each as written."""
+"""``python -m sarathi_lab.measure.sim_check.calibration_cli``: fits every measured GPU's
+calibration (calibration.fit) and writes it into its device file, keeping everything above the
+marker line of each as written."""
 from __future__ import annotations
 
 import argparse
@@ -8,11 +8,11 @@ import dataclasses
 
 import yaml
 
+from sarathi_lab.measure.sim_check.convert_gpu_kernels import kept_tokens
+from sarathi_lab.measure.sim_check.lease_kernels import lease_kernels, newest_lease
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import Calibration, fit, fit_lease
-from sarathi_lab.measure.sim_check.convert_gpu_kernels import kept_tokens
 from sarathi_lab.sim.device import DEVICES_DIR, GPU_DEVICES, load_device
-from sarathi_lab.measure.sim_check.lease_kernels import lease_kernels, newest_lease
 
 MARKER = "# ---- calibration: written by python -m sarathi_lab.measure.sim_check.calibration_cli"
 

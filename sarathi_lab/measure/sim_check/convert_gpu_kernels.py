@@ -1,5 +1,6 @@
 """Converts the vidur project's measured GPU kernel profiles into the simulator's kernel tables,
-once: ``python -m sarathi_lab.measure.sim_check.convert_gpu_kernels --vidur <vidur git dir> --attention <csv>``
+once: ``python -m sarathi_lab.measure.sim_check.convert_gpu_kernels --vidur <vidur git dir>
+--attention <csv>``
 (what is kept and why: data/gpu_kernels/README.md)."""
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.measure.sim_check import fidelity
+from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.sim.cost_model import batch_tokens
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
 from sarathi_lab.sim.profile_model import DENSE_OPS, ProfileCostModel, measured_iterations
@@ -44,8 +44,8 @@ def cost_models(device: str, config, dtype: str) -> dict[str, RooflineCostModel]
 
 
 def as_engine_times(cm: RooflineCostModel, ops: dict[str, float], tokens: int) -> dict[str, float]:
-    """Regrouped as the engine times them (measure/profiling/ops.py): ``ffn`` the MLP with its activation,
-    attention with rotary and the KV write, ``others`` the rest of the forward."""
+    """Regrouped as the engine times them (measure/profiling/ops.py): ``ffn`` the MLP with its
+    activation, attention with rotary and the KV write, ``others`` the rest of the forward."""
     part = {kind: cm.shape.layers * s for kind, s in cm.pointwise_parts_s(tokens).items()}
     return {"qkv_proj": ops["qkv_proj"], "o_proj": ops["o_proj"],
             "ffn": ops["gate_up_proj"] + part["act"] + ops["down_proj"],

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab import provenance
-from sarathi_lab.measure.bench.args import bench_parser
 from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.measure.bench.args import bench_parser
 from sarathi_lab.measure.sim_check import fidelity
 from sarathi_lab.sim.profiles import profiles_dir
 
@@ -180,11 +180,11 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
 def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     """The launch step's forwards, eager and replayed from a CUDA graph, against each cost model: a
     replay is the forward's GPU work without the host's launches."""
+    from sarathi_lab.analysis.launch_grid import SHAPES, label
+    from sarathi_lab.measure.sim_check.engine_fidelity import cost_models
     from sarathi_lab.model import load_config
-    from sarathi_lab.measure.profiling.launch import SHAPES, label
     from sarathi_lab.sim.cost_model import CostModel
     from sarathi_lab.sim.device import GPU_DEVICES
-    from sarathi_lab.measure.sim_check.engine_fidelity import cost_models
     from sarathi_lab.sim.profiles import profile_path
 
     model, dtype, context, _, cases = SHAPES["cuda"]

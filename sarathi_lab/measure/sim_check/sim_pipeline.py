@@ -13,10 +13,10 @@ import pandas as pd
 
 from sarathi_lab import provenance, sim
 from sarathi_lab.analysis.paper_results.pipeline_bubbles import PAPER
-from sarathi_lab.measure.bench.args import bench_parser, positive_int
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import make_scheduler
+from sarathi_lab.measure.bench.args import bench_parser, positive_int
 from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.parallel import StageCostModel

@@ -14,9 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.bench.args import bench_parser, positive_int
 from sarathi_lab.measure.sim_check.sim_speed import workload
-from sarathi_lab.config import REPO_ROOT
 
 # sim_speed's workload as a run's overrides; the trace file adds the requests.
 OVERRIDES = ("executor=sim", "model=llama2-7b", "engine.sim_device=a100", "scheduler=sarathi_serve",

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sarathi_lab.measure.bench.args import bench_parser, int_range, positive_float, positive_int
 from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.measure.bench.args import bench_parser, int_range, positive_float, positive_int
 from sarathi_lab.sim.device import DEVICES
 
 # A load the simulated A100 keeps up with, so that queues and batches stay realistic.

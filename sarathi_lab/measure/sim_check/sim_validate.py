@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from sarathi_lab import provenance
-from sarathi_lab.measure.bench.args import bench_parser
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
@@ -25,6 +24,7 @@ from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.arrivals import poisson_arrivals
 from sarathi_lab.harness.schema import MeasureCfg
 from sarathi_lab.harness.workloads import split_length
+from sarathi_lab.measure.bench.args import bench_parser
 from sarathi_lab.measure.profiling import cpu_ceilings
 from sarathi_lab.measure.profiling.machine import machine_record
 from sarathi_lab.sim.profiles import profile_description, profile_path
@@ -139,8 +139,8 @@ def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5
     if not drift:
         return lambda: math.nan
     from sarathi_lab import LLM
-    from sarathi_lab.measure.tasks.profile import reference_forward_s
     from sarathi_lab.measure.profiling.batches import SyntheticBatches
+    from sarathi_lab.measure.tasks.profile import reference_forward_s
 
     ref = drift["reference"]
     longest = ref["context"] + BLOCK_SIZE

@@ -25,8 +25,17 @@ import pandas as pd
 from sarathi_lab import provenance
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
-from sarathi_lab.measure.sim_check import sim_vs_gpu_report as report
+from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
+from sarathi_lab.engine.metrics import iteration_kinds, stalled
+from sarathi_lab.executors import recorded_as
+from sarathi_lab.harness import scales
+from sarathi_lab.harness.compose import run_in_process
+from sarathi_lab.harness.environment import engine_kind
+from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
 from sarathi_lab.measure.bench.args import bench_parser, names_of
+from sarathi_lab.measure.bench.task_tables import TABLES, paired
+from sarathi_lab.measure.profiling import cpu_ceilings
+from sarathi_lab.measure.sim_check import sim_vs_gpu_report as report
 from sarathi_lab.measure.sim_check.sim_validate import (
     DOCS,
     SERVED,
@@ -37,15 +46,6 @@ from sarathi_lab.measure.sim_check.sim_validate import (
     served_errors,
     verdict,
 )
-from sarathi_lab.measure.bench.task_tables import TABLES, paired
-from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
-from sarathi_lab.engine.metrics import iteration_kinds, stalled
-from sarathi_lab.executors import recorded_as
-from sarathi_lab.harness import scales
-from sarathi_lab.harness.compose import run_in_process
-from sarathi_lab.harness.environment import engine_kind
-from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
-from sarathi_lab.measure.profiling import cpu_ceilings
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.profiles import profile_path
 
@@ -57,7 +57,8 @@ _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logge
 # Keys a recorded run may hold under their old name: rebuilt under today's.
 _MOVED = {"measure.chunk_align": "scheduler.chunk_align"}
 _KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio", "model", "dtype")
-LEASE = re.compile(r"\d{4}-\d{2}-\d{2}_[0-9a-f]{7,40}(\+[0-9a-f]{7,40})*")  # measure/gpu/collect.py's
+# measure/gpu/collect.py's
+LEASE = re.compile(r"\d{4}-\d{2}-\d{2}_[0-9a-f]{7,40}(\+[0-9a-f]{7,40})*")
 VS_GPU = DOCS / "vs_gpu"
 # The smoke's runs: pd_ratio's two schedulers at two ratios, and one of every other run kind.
 _SMOKE_PAIRS = tuple((ratio, scheduler) for ratio in (4, 16) for scheduler in ("static", "sarathi"))
@@ -252,7 +253,8 @@ def comparison_provenance(runs: list[Path], device: str, cost_models=COST_MODELS
     machine = "+".join(sorted({str(e.get("device_name")) for e in envs}))
     return provenance.Provenance(f"simulated {device} ({'+'.join(cost_models)}) against measured "
                                  f"runs ({engine_kind(envs)})", machine=machine, lease=lease,
-                                 commit=commit, writer="python -m sarathi_lab.measure.sim_check.sim_vs_gpu")
+                                 commit=commit,
+                                 writer="python -m sarathi_lab.measure.sim_check.sim_vs_gpu")
 
 
 def _shown(path: Path) -> str:

@@ -18,7 +18,7 @@ from sarathi_lab.harness.results import (
     read_record,
     write_json,
 )
-from sarathi_lab.measure.tasks import TaskContext
+from sarathi_lab.harness.tasks import TaskContext
 from sarathi_lab.harness.workloads import arrivals_at
 
 log = logging.getLogger(__name__)

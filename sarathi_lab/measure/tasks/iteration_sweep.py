@@ -9,9 +9,9 @@ from collections import defaultdict
 
 import pandas as pd
 
-from sarathi_lab.measure.tasks._timing import time_by_op
-from sarathi_lab.measure.profiling.batches import SyntheticBatches
 from sarathi_lab.analysis.quantities import tile_jump
+from sarathi_lab.measure.profiling.batches import SyntheticBatches
+from sarathi_lab.measure.tasks._timing import time_by_op
 
 
 def token_groups(max_tokens: int, step: int, tile: int) -> list[list[int]]:

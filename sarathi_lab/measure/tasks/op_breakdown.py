@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sarathi_lab.measure.tasks._timing import time_by_op
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
+from sarathi_lab.measure.tasks._timing import time_by_op
 
 
 def kv_requests(cfg, plan) -> list[int]:

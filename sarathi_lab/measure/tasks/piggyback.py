@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from sarathi_lab.analysis.quantities import decode_speedup
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.tiles import aligned_chunk
-from sarathi_lab.measure.tasks._timing import forward_timer
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
-from sarathi_lab.analysis.quantities import decode_speedup
+from sarathi_lab.measure.tasks._timing import forward_timer
 
 if TYPE_CHECKING:
     from sarathi_lab.engine.scheduler import SchedulerConfig

@@ -15,12 +15,12 @@ import pandas as pd
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, stage_busy_s
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.measure.tasks import TaskContext
+from sarathi_lab.harness.tasks import TaskContext
+from sarathi_lab.harness.workloads import build_workload
+from sarathi_lab.measure.profiling import link
 from sarathi_lab.measure.tasks._stage_timeline import TIMELINE_COLUMNS, engine_timeline, spans
 from sarathi_lab.measure.tasks.profile import _device
-from sarathi_lab.harness.workloads import build_workload
 from sarathi_lab.plan import build_scheduler
-from sarathi_lab.measure.profiling import link
 from sarathi_lab.sim.handoff import Handoff
 from sarathi_lab.sim.pipeline_run import serve_pipeline
 from sarathi_lab.sim.profile_model import ProfileCostModel

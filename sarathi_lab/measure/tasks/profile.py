@@ -15,12 +15,12 @@ import torch
 from sarathi_lab.config import ConfigError, device_slug
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import median_time
-from sarathi_lab.measure.tasks import kv_blocks
-from sarathi_lab.measure.tasks.iteration_sweep import token_groups
-from sarathi_lab.model.sampler import Sampler
+from sarathi_lab.harness.tasks import kv_blocks
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
 from sarathi_lab.measure.profiling.machine import machine_record
 from sarathi_lab.measure.profiling.ops import forward_timer, time_by_op
+from sarathi_lab.measure.tasks.iteration_sweep import token_groups
+from sarathi_lab.model.sampler import Sampler
 from sarathi_lab.sim.profile_model import (
     COLUMNS,
     DENSE_OPS,

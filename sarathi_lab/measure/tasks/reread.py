@@ -10,9 +10,9 @@ from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
-from sarathi_lab.measure.tasks._timing import attention_reread
 from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.measure.profiling.attention import measure_reread
+from sarathi_lab.measure.tasks._timing import attention_reread
 
 
 def _serve_alone(llm, prompt: list[int], decode_len: int, chunk: int) -> Metrics:

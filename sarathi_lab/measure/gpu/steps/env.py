@@ -7,10 +7,14 @@ import subprocess
 
 import torch
 
+from sarathi_lab.harness.results import read_json, write_json
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric, step_dir
-from sarathi_lab.harness.results import read_json, write_json
-from sarathi_lab.measure.profiling.ceilings import copy_bandwidth_gbps, matmul_gflops, read_bandwidth_gbps
+from sarathi_lab.measure.profiling.ceilings import (
+    copy_bandwidth_gbps,
+    matmul_gflops,
+    read_bandwidth_gbps,
+)
 
 # GPU: a buffer far past L2 and the paper's matmul; dry run: seconds on two cores.
 COPY_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}

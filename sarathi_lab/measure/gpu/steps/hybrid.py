@@ -5,7 +5,14 @@ from __future__ import annotations
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric
 from sarathi_lab.measure.gpu.steps.attention import _value, agreement, failure_notes, measured_rows
-from sarathi_lab.measure.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, POD_BY_PROGRAM, POD_X1, TARGET
+from sarathi_lab.measure.profiling.hybrid_grid import (
+    CONTENDERS,
+    GRIDS,
+    POD,
+    POD_BY_PROGRAM,
+    POD_X1,
+    TARGET,
+)
 
 ROWS = "hybrid_attention.csv"
 

@@ -8,15 +8,16 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab import LLM
+from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, label
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric
 from sarathi_lab.measure.gpu.steps.env import ceilings_or_measured
 from sarathi_lab.measure.gpu.steps.launch_overlap import overlapped
-from sarathi_lab.model.shape import Shape
-from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.measure.profiling.kernel_breakdown import breakdown_rows, profile_iteration
 from sarathi_lab.measure.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
-from sarathi_lab.measure.profiling.launch import MORE_CONTEXTS, SHAPES, label, measure
+from sarathi_lab.measure.profiling.launch import measure
+from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
+from sarathi_lab.model.shape import Shape
 
 # From this many tokens the GEMMs fill whole 128-row tiles and fixed costs weigh little.
 FULL_TOKENS = 256
@@ -195,7 +196,8 @@ def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple
     pd.DataFrame(rows).to_csv(out / KERNELS, index=False)
     return metrics, (f"per-kernel breakdown ({KERNELS}): {source} of {reps} executed iteration(s) "
                      f"a kind at context {context} under torch.profiler, grouped by name and place "
-                     "in the layer (measure/profiling/kernel_breakdown.py); kernel_sum (less sampling) "
+                     "in the layer (measure/profiling/kernel_breakdown.py); kernel_sum (less "
+                     "sampling) "
                      "over the forward's CUDA-event time; iteration_host_ms: the iteration's wall "
                      f"time less that, medians of {reps} unprofiled"
                      + (f"; not profiled: {', '.join(failed)}" if failed else ""))

@@ -8,11 +8,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab.analysis.launch_grid import label
 from sarathi_lab.measure.gpu.state import Metric
-from sarathi_lab.model.shape import Shape
+from sarathi_lab.measure.profiling.overlap import (
+    OVERLAP,
+    concurrent_ms,
+    measure_overlap,
+    streams_busy_ms,
+)
 from sarathi_lab.model.floors import floor, memory_ceiling
-from sarathi_lab.measure.profiling.launch import label
-from sarathi_lab.measure.profiling.overlap import OVERLAP, concurrent_ms, measure_overlap, streams_busy_ms
+from sarathi_lab.model.shape import Shape
 
 TIMELINE = "timeline.csv"
 COLUMNS = ["iteration", "source", "stream", "name", "start_us", "dur_us"]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.block_manager import blocks_for
+from sarathi_lab.harness import scales
+from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 from sarathi_lab.measure.gpu import engine_code, state
 from sarathi_lab.measure.gpu.context import Context, Incomplete, wait_or_stop
 from sarathi_lab.measure.gpu.plan import Step
 from sarathi_lab.measure.gpu.state import Metric
-from sarathi_lab.harness import scales
-from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 
 GRACE_S = 10
 # The dry run's KV plan: the card's "80 GB", below its total, for what CUDA and the allocator keep.

@@ -10,10 +10,9 @@ import torch
 
 from sarathi_lab.attention.co_schedule import entries_from_rows
 from sarathi_lab.config import EngineConfig
+from sarathi_lab.harness.environment import device_name
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric
-from sarathi_lab.model.presets import PRESETS
-from sarathi_lab.model.shape import Shape
 from sarathi_lab.measure.profiling.attention_sweep import (
     fit_split_rule,
     rule_label,
@@ -22,7 +21,8 @@ from sarathi_lab.measure.profiling.attention_sweep import (
     tiles_label,
 )
 from sarathi_lab.measure.profiling.gemm_sweep import TOKENS, label, projections, sweep
-from sarathi_lab.measure.profiling.machine import device_name
+from sarathi_lab.model.presets import PRESETS
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.tuned_kernels import TunedTable, file_name
 
 # GPU: benchmark models and token counts, bf16, 10 rounds; dry run: the tiny model, one round, two
