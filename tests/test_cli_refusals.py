@@ -40,10 +40,12 @@ CASES = {
     "bench: unknown option": (["sarathi_lab.measure.bench.ceilings", "--bogus"], "--bogus"),
     "gpu: bad budget": (["sarathi_lab.measure.gpu", "--budget-min", "-1"], "--budget-min"),
     "gpu: unknown step": (["sarathi_lab.measure.gpu", "--steps", "nope"], "nope"),
-    "gpu: restore from a non-tar": (["sarathi_lab.measure.gpu", "--dry-run", "--out", "{tmp}/gpu", "--restore", "{not_tar}"],
+    "gpu: restore from a non-tar": (["sarathi_lab.measure.gpu", "--dry-run", "--out", "{tmp}/gpu",
+                                     "--restore", "{not_tar}"],
                                     "suite.tar.gz is invalid"),
-    "bench sim_pipeline: bad count": (["sarathi_lab.measure.bench", "sim_pipeline", "--requests", "0"], "--requests"),
-    "bench sim_pipeline: out under a file": (["sarathi_lab.measure.sim_check.sim_pipeline", "--smoke", "--out", "{file}/x"],
+    "measure sim_pipeline: bad count": (["sarathi_lab.measure", "sim_pipeline", "--requests", "0"], "--requests"),
+    "measure sim_pipeline: out under a file": (["sarathi_lab.measure.sim_check.sim_pipeline", "--smoke",
+                                               "--out", "{file}/x"],
                                              "a_file"),
 }
 

@@ -138,7 +138,8 @@ def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
     repo = tmp_path / "repo"
     first = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
     assert first.returncode == 0, first.stderr
-    second = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "def5678", 1795825800.0)), "--root", str(repo))
+    second = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "def5678", 1795825800.0)),
+                  "--root", str(repo))
     assert second.returncode == 0, second.stderr
     old, new = repo / "docs/gpu/h200/2026-11-27_abc1234", repo / "docs/gpu/h200/2026-11-28_def5678"
     assert {p.relative_to(old).as_posix() for p in old.rglob("*") if p.is_file()} == {
@@ -319,7 +320,7 @@ def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tm
     committed = ROOT / "docs/sim/vs_gpu/h200_2026-11-27_9e2ae41"
     runs, out = _serving_root(tmp_path / "runs", None), tmp_path / "sim"
     shutil.copytree(committed, out)
-    line = _refused(_run("sarathi_lab.measure.bench", "sim_vs_gpu", "--runs", str(runs), "--out", str(out),
+    line = _refused(_run("sarathi_lab.measure", "sim_vs_gpu", "--runs", str(runs), "--out", str(out),
                          "--lease", "2026-11-27_9e2ae41"))
     assert "would replace 4 file(s)" in line
     assert "(decode CUDA graphs), NVIDIA H200, lease 2026-11-27_9e2ae41, commit 9e2ae41;" in line
@@ -336,9 +337,9 @@ def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tm
 
 
 @pytest.mark.parametrize("command, existing", [
-    (["sarathi_lab.measure.bench", "sim_fidelity", "--smoke"], "fidelity_errors.csv"),
-    (["sarathi_lab.measure.bench", "sim_validate", "--smoke"], "validation.csv"),
-    (["sarathi_lab.measure.bench", "sim_pipeline", "--smoke"], "pipeline_summary.csv"),
+    (["sarathi_lab.measure", "sim_fidelity", "--smoke"], "fidelity_errors.csv"),
+    (["sarathi_lab.measure", "sim_validate", "--smoke"], "validation.csv"),
+    (["sarathi_lab.measure", "sim_pipeline", "--smoke"], "pipeline_summary.csv"),
 ])
 def test_docs_sim_writers_refuse_a_file_another_run_wrote(tmp_path, command, existing):
     (tmp_path / existing).write_text("another run's\n")  # no provenance.json names it: unknown

@@ -1,8 +1,8 @@
-"""``python -m sarathi_lab.measure.bench NAME [args]``: run one benchmark; ``all`` runs every one in turn
-(``python -m sarathi_lab.measure.bench all --smoke`` is what CI runs). Each also runs on its own as
-``python -m sarathi_lab.measure.bench.NAME``; ``--help`` lists its options.
-``python -m sarathi_lab.measure.bench.as_isa KIND NAME [args]`` runs one as another x86 machine kind
-(AVX2 only; AVX-512 without bf16) would."""
+"""``python -m sarathi_lab.measure.bench NAME [args]``: run one benchmark; ``all`` runs every one in
+turn (``python -m sarathi_lab.measure.bench all --smoke`` is what CI runs). Each also runs on its
+own as ``python -m sarathi_lab.measure.bench.NAME``; ``--help`` lists its options. ``python -m
+sarathi_lab.measure.bench.as_isa KIND NAME [args]`` runs one as another x86 machine kind (AVX2 only;
+AVX-512 without bf16) would."""
 from __future__ import annotations
 
 import importlib
@@ -17,20 +17,6 @@ BENCHMARKS = {
     "versus": "throughput vs transformers generate with static left-padded batches",
     "attention_reread": "attention time chunked prefill adds by re-reading the KV cache",
     "sampling": "temperature and top-p sampling: the CPU kernel against its torch path",
-    "sim_validate": "the simulator against the real engine on this machine: batches, iteration "
-                    "times, latencies",
-    "sim_speed": "how fast the simulator serves 10,000 requests, and where its time goes "
-                 "(--profile)",
-    "sim_process": "a simulated run as a whole process: the CPU seconds of `python -m "
-                   "sarathi_lab.run executor=sim` over sim_speed's 4,096 requests (--against DIR "
-                   "alternates another checkout's runs)",
-    "sim_pipeline": "pipeline bubbles of Orca-style batching against SARATHI, GPT-3 on TP8 x PP8 "
-                    "A100s (simulated): docs/sim/pipeline_*",
-    "sim_fidelity": "the simulator's GPU cost models against GPU kernels measured on A100s and "
-                    "H100s (vidur) and this engine's task=profile tables measured on a GPU",
-    "sim_vs_gpu": "the simulator against the real engine's runs on a GPU (--runs ROOT --lease "
-                  "LEASE): every run kind, errors per iteration kind and cost model, served "
-                  "latencies, gains",
     "tp_wire": "a tensor-parallel driver's host time per iteration sending each batch to the other "
                "ranks, and its share of the iteration",
 }

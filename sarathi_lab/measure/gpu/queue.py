@@ -54,8 +54,9 @@ QUEUE: tuple[Call, ...] = (
          "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("profile.llama-13b", "profile.mistral-7b"),
          "the simulator's tables of the graph-replayed engine, and the calibration fitted from "
-         "them (python -m sarathi_lab.measure.sim_check.calibration_cli): per-iteration median error <= 10% per "
-         "iteration kind (bench sim_vs_gpu)", "bench sim_vs_gpu (the profile's own predictions)"),
+         "them (python -m sarathi_lab.measure.sim_check.calibration_cli): per-iteration median "
+         "error <= 10% per iteration kind (measure sim_vs_gpu)",
+         "measure sim_vs_gpu (the profile's own predictions)"),
     Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1",
           "paper.scheduler_latency.seed2"),
          "capacity under the relaxed SLO; P99 TBT over three seeds (its spread)",
@@ -275,7 +276,8 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
                      + ", ".join(f"{p.step.name} ({p.minutes:g} min)" for p in too_long))
     if not calls and not too_long:
         lines.append("\nnothing due: every step is done at this engine code")
-    lines.append("\nafter each call: python -m sarathi_lab.measure.gpu.collect <its suite.tar.gz>, then "
-                 "each result against its prediction (python -m sarathi_lab.measure.sim_check.sim_vs_gpu; the "
+    lines.append("\nafter each call: python -m sarathi_lab.measure.gpu.collect <its suite.tar.gz>, "
+                 "then each result against its prediction "
+                 "(python -m sarathi_lab.measure.sim_check.sim_vs_gpu; the "
                  "run's claims.csv), then --next again")
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""What ``bench sim_vs_gpu`` reports: errors per run kind, cost model and iteration kind (a measured
-stall left out and counted), the serving runs' latency errors, and their figure."""
+"""What ``measure sim_vs_gpu`` reports: errors per run kind, cost model and iteration kind (a
+measured stall left out and counted), the serving runs' latency errors, and their figure."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sarathi_lab.measure.sim_check.sim_validate import parity
-from sarathi_lab.measure.bench.task_tables import CHUNKS_SUMMED, END_TO_END, ONE_LAYER_ATTENTION
 from sarathi_lab.engine.metrics import STALL
+from sarathi_lab.measure.bench.task_tables import CHUNKS_SUMMED, END_TO_END, ONE_LAYER_ATTENTION
+from sarathi_lab.measure.sim_check.sim_validate import parity
 
 ITERATION_KINDS = ("decode", "prefill", "hybrid")
 OTHER_KINDS = (CHUNKS_SUMMED, ONE_LAYER_ATTENTION, END_TO_END)
