@@ -19,11 +19,10 @@ from sarathi_lab.measure.bench import (
     iteration,
     overhead,
     sampling,
-    sim_fidelity,
-    sim_speed,
     versus,
 )
 from sarathi_lab.measure.bench.common import apply_smoke
+from sarathi_lab.measure.sim_check import sim_fidelity, sim_speed
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.floors import floor
 from sarathi_lab.model.shape import Shape, visible_pairs
