@@ -23,7 +23,7 @@ class Provenance:
     source: str  # 'measured CPU', 'measured GPU', 'simulated H200 (profile)', 'computed' ...
     scale: str = ""  # a paper sweep's scale ('full' or 'ci'), or the size a benchmark ran at
     machine: str = ""
-    lease: str = ""  # a GPU lease, '<date>_<commit>' (gpu/collect.py)
+    lease: str = ""  # a GPU lease, '<date>_<commit>' (measure/gpu/collect.py)
     commit: str = ""  # the runs' commit(s), '+'-joined; UNRECORDED where a run had none
     writer: str = ""  # the command that wrote it: said, not compared
 

@@ -10,10 +10,10 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Under `SARATHI_ISA_AS=KIND` (tests/test_kernels_other_isas.py, or by hand with the kind's environment:
-# profiling/isa.py), torch's CPU feature probes answer as that kind, as bench.as_isa makes them, before
+# measure/profiling/isa.py), torch's CPU feature probes answer as that kind, as bench.as_isa makes them, before
 # the engine first asks them: bfloat16 then runs as float32 where the kind has no bf16 units.
 if os.environ.get("SARATHI_ISA_AS"):
-    from sarathi_lab.profiling import isa
+    from sarathi_lab.measure.profiling import isa
 
     isa.apply()
 
@@ -30,3 +30,6 @@ def cpu_ceilings(tmp_path_factory):
     path.write_text(json.dumps({f"{cpu_name()}|{dtype}": entry for dtype in DTYPES}))
     os.environ[CEILINGS_ENV] = str(path)
     return path
+
+# The wing's measurements (task=NAME) registered, as run.py's import of them registers them.
+import sarathi_lab.measure.tasks  # noqa: F401

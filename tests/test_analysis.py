@@ -11,9 +11,8 @@ import types
 import pandas as pd
 import pytest
 
-from sarathi_lab.analysis import claims, derive, registry
+from sarathi_lab.analysis import claims, derive, quantities, registry
 from sarathi_lab.analysis.runs import Results, download_wandb, sweeps
-from sarathi_lab.profiling import quantities
 
 KEYS = {"seq_len": 256, "batch_size": 4, "pd_ratio": 8.0}
 # Each paper result's claim check and figure, by name, from its module in analysis/paper_results/.

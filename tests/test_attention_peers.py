@@ -1,4 +1,4 @@
-"""The attention benchmark against its peers (profiling/attention_peers.py, the GPU suite's ``attention``
+"""The attention benchmark against its peers (measure/profiling/attention_peers.py, the GPU suite's ``attention``
 step): the floor's arithmetic by hand, the shape grid the issue asks for and its compile count, the
 metric names a reviewer's script reads, and every contender computing the same attention as
 attention/reference.py (the engine's kernel in Triton's interpreter here)."""
@@ -11,16 +11,16 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.gpu import state
-from sarathi_lab.gpu.context import Context
-from sarathi_lab.gpu.plan import BY_NAME, HEAD
-from sarathi_lab.gpu.report import attention_figure
-from sarathi_lab.gpu.steps import attention as step
+from sarathi_lab.measure.gpu import state
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.plan import BY_NAME, HEAD
+from sarathi_lab.measure.gpu.report import attention_figure
+from sarathi_lab.measure.gpu.steps import attention as step
+from sarathi_lab.measure.profiling import attention_peers as peers
+from sarathi_lab.measure.profiling.attention_grid import CONTENDERS, FLEX, GRIDS, SDPA, Case
 from sarathi_lab.model import PRESETS
+from sarathi_lab.model.floors import attention_floor
 from sarathi_lab.model.shape import Shape, iteration_cost
-from sarathi_lab.profiling import attention_peers as peers
-from sarathi_lab.profiling.attention_grid import CONTENDERS, FLEX, GRIDS, SDPA, Case
-from sarathi_lab.profiling.floors import attention_floor
 
 CPU = torch.device("cpu")
 # What a reviewer's script matches: the ratio, then the shape in one of its three forms.
@@ -69,7 +69,7 @@ def test_the_gpu_grid_is_the_issues_shapes_at_the_presets_heads():
     assert grid.estimate_s() <= 120
     assert BY_NAME["attention"].minutes == round(grid.estimate_s() / 60, 1)
     names = [s.name for s in HEAD]
-    # The headline call's order (gpu/queue.py): the engine's iterations, then the attention, then the rest.
+    # The headline call's order (measure/gpu/queue.py): the engine's iterations, then the attention, then the rest.
     assert names[:3] == ["env", "launch", "attention"]
 
 

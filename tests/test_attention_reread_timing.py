@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from sarathi_lab.engine import timer
-from sarathi_lab.profiling import attention
+from sarathi_lab.measure.profiling import attention
 
 
 def test_reread_sums_each_chunks_median_from_the_interleaved_timer(monkeypatch):

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.analysis import attribute, gpu_claims
-from sarathi_lab.bench import device_beside
+from sarathi_lab.analysis import library_floor as lib
+from sarathi_lab.measure.bench import device_beside
 from sarathi_lab.model import load_config
 from sarathi_lab.model.cuda_graphs import token_buckets
+from sarathi_lab.model.floors import memory_ceiling
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.profiling import library_floor as lib
-from sarathi_lab.profiling.floors import memory_ceiling
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "docs" / "gpu" / "h100" / "2026-11-27_7fae342"

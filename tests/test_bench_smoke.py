@@ -11,22 +11,21 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.bench import (
+from sarathi_lab.config import cpu_has_bf16_units
+from sarathi_lab.measure.bench import (
     attention_reread,
     ceilings,
     host_path,
     iteration,
     overhead,
     sampling,
-    sim_fidelity,
-    sim_speed,
     versus,
 )
-from sarathi_lab.bench.common import apply_smoke
-from sarathi_lab.config import cpu_has_bf16_units
+from sarathi_lab.measure.bench.common import apply_smoke
+from sarathi_lab.measure.sim_check import sim_fidelity, sim_speed
 from sarathi_lab.model import PRESETS
+from sarathi_lab.model.floors import floor
 from sarathi_lab.model.shape import Shape, visible_pairs
-from sarathi_lab.profiling.floors import floor
 
 # One thread: other jobs share the cores, and oversubscribed OpenMP threads slow to a crawl.
 SMOKE = ["--smoke", "--threads", "1"]
@@ -186,7 +185,7 @@ def _reference_attention(query, k_cache, v_cache, tables, lens, scale):
 
 @pytest.mark.parametrize("args", [["--help"], ["iteration", "--help"]])
 def test_entry_point_help(args):
-    out = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench", *args], capture_output=True, text=True,
                          check=False, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "iteration" in out.stdout
@@ -269,7 +268,8 @@ def test_attention_reread_refuses_chunks_that_leave_no_case(capsys):
 
 
 def test_a_bad_size_is_refused_from_the_command_line():
-    out = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", "ceilings", "--reps", "0"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench", "ceilings", "--reps", "0"],
+                         capture_output=True,
                          text=True, check=False, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.splitlines()[-1].endswith("error: argument --reps: '0' is invalid: must be an integer >= 1")
@@ -304,7 +304,7 @@ def test_overhead_labels_the_dtype_the_engine_runs(monkeypatch, capsys):
 
 def test_a_json_table_names_the_device_it_was_measured_on(monkeypatch, tmp_path):
     # The record named the CPU for a run on --device cuda: machine_record() of its default device.
-    from sarathi_lab.bench.common import write_table
+    from sarathi_lab.measure.bench.common import write_table
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     write_table(pd.DataFrame([{"x": 1}]), str(tmp_path / "t.json"), device="cuda")

@@ -14,7 +14,7 @@ from sarathi_lab.engine.sequence import Sequence
 from sarathi_lab.engine.slo_guard import over_needed
 from sarathi_lab.harness.capacity import Trial, search_capacity, serve_trial
 from sarathi_lab.harness.schema import CapacityCfg
-from sarathi_lab.harness.tasks.capacity import _why
+from sarathi_lab.measure.tasks.capacity import _why
 from tests.clocked import ClockedExecutor
 
 SERVICE_S = 0.5  # every request takes exactly this long, alone

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sarathi_lab.gpu import state
+from sarathi_lab.measure.gpu import state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,15 +35,17 @@ CASES = {
     "produce: unknown experiment": (["sarathi_lab.produce", "nope"], "'nope'"),
     "produce: root is a file": (["sarathi_lab.produce", "--root", "{file}"], "a_file"),
     "produce: root under a file": (["sarathi_lab.produce", "--root", "{file}/below"], "a_file"),
-    "bench: unknown benchmark": (["sarathi_lab.bench", "nope"], "'nope'"),
-    "bench: bad value": (["sarathi_lab.bench", "sampling", "--reps", "0"], "--reps"),
-    "bench: unknown option": (["sarathi_lab.bench.ceilings", "--bogus"], "--bogus"),
-    "gpu: bad budget": (["sarathi_lab.gpu", "--budget-min", "-1"], "--budget-min"),
-    "gpu: unknown step": (["sarathi_lab.gpu", "--steps", "nope"], "nope"),
-    "gpu: restore from a non-tar": (["sarathi_lab.gpu", "--dry-run", "--out", "{tmp}/gpu", "--restore", "{not_tar}"],
+    "bench: unknown benchmark": (["sarathi_lab.measure.bench", "nope"], "'nope'"),
+    "bench: bad value": (["sarathi_lab.measure.bench", "sampling", "--reps", "0"], "--reps"),
+    "bench: unknown option": (["sarathi_lab.measure.bench.ceilings", "--bogus"], "--bogus"),
+    "gpu: bad budget": (["sarathi_lab.measure.gpu", "--budget-min", "-1"], "--budget-min"),
+    "gpu: unknown step": (["sarathi_lab.measure.gpu", "--steps", "nope"], "nope"),
+    "gpu: restore from a non-tar": (["sarathi_lab.measure.gpu", "--dry-run", "--out", "{tmp}/gpu",
+                                     "--restore", "{not_tar}"],
                                     "suite.tar.gz is invalid"),
-    "bench sim_pipeline: bad count": (["sarathi_lab.bench", "sim_pipeline", "--requests", "0"], "--requests"),
-    "bench sim_pipeline: out under a file": (["sarathi_lab.bench.sim_pipeline", "--smoke", "--out", "{file}/x"],
+    "measure sim_pipeline: bad count": (["sarathi_lab.measure", "sim_pipeline", "--requests", "0"], "--requests"),
+    "measure sim_pipeline: out under a file": (["sarathi_lab.measure.sim_check.sim_pipeline", "--smoke",
+                                               "--out", "{file}/x"],
                                              "a_file"),
 }
 

@@ -112,7 +112,7 @@ def test_the_piggyback_key_that_moved_is_refused_naming_the_one_that_aligns():
 
 def test_a_profile_times_iterations_up_to_measure_max_tokens():
     # Schedulers that batch whole prompts (vllm, orca, static) build iterations far past chunk + batch_size.
-    from sarathi_lab.harness.tasks.profile import grids
+    from sarathi_lab.measure.tasks.profile import grids
 
     for given, largest in (([], 32 + 4), (["measure.max_tokens=300"], 300)):
         run = parse_config(compose_config(["task=profile", "chunk=32", "batch_size=4", "seq_len=64", *given]))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sarathi_kernels import cpu_attention, cpu_build
 
 from sarathi_lab.attention import reference
-from sarathi_lab.profiling.attention import paged_batch
+from sarathi_lab.measure.profiling.attention import paged_batch
 
 needs_kernel = pytest.mark.skipif(not cpu_attention.available(), reason="the CPU kernel did not build here")
 
@@ -203,7 +203,7 @@ def test_no_compiler_falls_back_in_one_line(tmp_path):
 import torch
 from sarathi_lab.attention import reference
 from sarathi_lab.attention.torch_backend import TorchAttention
-from sarathi_lab.profiling.attention import paged_batch
+from sarathi_lab.measure.profiling.attention import paged_batch
 meta, blocks = paged_batch([3, 1], [7, 12], num_prefills=1, block_size=4)
 k, v, q = torch.randn(blocks, 4, 2, 8), torch.randn(blocks, 4, 2, 8), torch.randn(4, 4, 8)
 got = TorchAttention().attend(q, k, v, meta, 0.3)

@@ -3,7 +3,7 @@ features (config refusals, the dtype that runs, the simulated CPU's dtype, the l
 is taken here as each CPU kind the project meets would take it, by answering the feature probes as
 that kind does. Each either runs in the dtype that kind runs or is refused with the documented
 one-line error; none crashes, none runs a dtype the kind has no units for. The kinds are
-profiling/isa.py's (the ones bench.as_isa measures as and tests/test_kernels_other_isas.py builds
+measure/profiling/isa.py's (the ones bench.as_isa measures as and tests/test_kernels_other_isas.py builds
 for) and the AMX Xeon they are emulated on; the kernels' own ISA paths are that test's."""
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from sarathi_lab.config import DTYPES, ConfigError, EngineConfig, run_dtype
 from sarathi_lab.harness.compose import compose_config
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
+from sarathi_lab.measure.profiling import isa
+from sarathi_lab.measure.profiling.machine import fast_dtype
 from sarathi_lab.model import cpu_linear
 from sarathi_lab.plan import plan_engine
-from sarathi_lab.profiling import isa
-from sarathi_lab.profiling.machine import fast_dtype
 
 # Whether each kind has bf16 matrix units (as isa.apply makes torch's probes answer) and oneDNN's
 # float16 (avx512_fp16 or avx_ne_convert, which none of the emulated kinds has: Zen 4, Cascade Lake

@@ -140,7 +140,7 @@ def test_bfloat16_takes_amx_exactly_where_the_cpu_has_it():
     # The test above then checks the AMX path on such a CPU; tests/test_kernels_other_isas.py the
     # vector paths that other machines take.
     # Built for another machine kind's -march (tests/test_kernels_other_isas.py), no kind with AMX.
-    from sarathi_lab.profiling.machine import cpu_flags
+    from sarathi_lab.measure.profiling.machine import cpu_flags
 
     native = os.environ.get("SARATHI_KERNELS_MARCH", "native") == "native"
     assert cpu_ops.bf16_uses_amx() == (native and {"amx_tile", "amx_bf16"} <= cpu_flags())

@@ -24,6 +24,7 @@ from sarathi_lab.attention.co_schedule import CoScheduleRule
 from sarathi_lab.attention.triton_backend import TritonAttention
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.tiles import GEMM_TILE
+from sarathi_lab.measure.profiling.batches import SyntheticBatches
 from sarathi_lab.model import cuda_graphs
 from sarathi_lab.model.cuda_graphs import (
     MAX_GRAPH_TOKENS,
@@ -33,7 +34,6 @@ from sarathi_lab.model.cuda_graphs import (
     graph_sizes,
     token_buckets,
 )
-from sarathi_lab.profiling.batches import SyntheticBatches
 from tests.test_pod_attention import always
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # padded rows' 0/0

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sarathi_lab import LLM, Metrics
-from sarathi_lab.bench.sim_speed import workload
 from sarathi_lab.harness.engine_tables import engine_tables
+from sarathi_lab.measure.sim_check.sim_speed import workload
 
 
 class _Stop(Exception):

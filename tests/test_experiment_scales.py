@@ -14,9 +14,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from sarathi_lab.analysis import registry
-from sarathi_lab.gpu import plan
 from sarathi_lab.harness import CONF_DIR, scales
 from sarathi_lab.harness.cli_check import compose_config
+from sarathi_lab.measure.gpu import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = json.loads((ROOT / "tests" / "data" / "experiment_scales_golden.json").read_text())
@@ -123,9 +123,9 @@ def _override_strings(path: Path):
 
 
 # The profile step runs task=profile, the simulator's cost table, on each model: no paper experiment.
-NOT_AN_EXPERIMENT = {ROOT / "sarathi_lab" / "gpu" / "steps" / "profile.py",
+NOT_AN_EXPERIMENT = {ROOT / "sarathi_lab" / "measure" / "gpu" / "steps" / "profile.py",
                      # bench sim_speed's workload as a run's overrides: the bench's own, no paper experiment.
-                     ROOT / "sarathi_lab" / "bench" / "sim_process.py"}
+                     ROOT / "sarathi_lab" / "measure" / "sim_check" / "sim_process.py"}
 
 
 def test_no_python_module_writes_a_paper_experiment_s_overrides():

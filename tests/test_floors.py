@@ -1,4 +1,4 @@
-"""The two floors an iteration is held to (profiling/floors.py): the physical one, max(compute, memory)
+"""The two floors an iteration is held to (model/floors.py): the physical one, max(compute, memory)
 of the whole iteration, and the sequential one, the sum of each kernel's own floor."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sarathi_lab.model.floors import LAUNCH_FLOOR_S, attention_floor, floor, sequential_floor
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.model.shape import Shape, iteration_cost, kernel_costs
-from sarathi_lab.profiling.floors import LAUNCH_FLOOR_S, attention_floor, floor, sequential_floor
 
 SHAPES = [Shape.of(PRESETS[name]) for name in ("tiny", "llama-13b", "mistral-7b")]
 # An H200's ceilings as the env step measured them (GB/s, GFLOP/s).
@@ -74,8 +74,8 @@ def test_a_prefix_0_chunks_attention_is_held_to_a_launch_floor_of_a_few_microsec
 
 
 def test_the_floor_table_lists_every_launch_iteration_with_both_floors():
-    from sarathi_lab.profiling.floor_table import markdown, rows
-    from sarathi_lab.profiling.launch import CASES, MORE_CONTEXTS
+    from sarathi_lab.analysis.launch_grid import CASES, MORE_CONTEXTS
+    from sarathi_lab.measure.profiling.floor_table import markdown, rows
 
     found = rows(COPY_GBPS, MATMUL_GFLOPS / 1e3)
     assert len(found) == len(CASES) * (1 + len(MORE_CONTEXTS["cuda"]))
@@ -86,7 +86,7 @@ def test_the_floor_table_lists_every_launch_iteration_with_both_floors():
 
 
 def test_the_floor_table_takes_the_read_rate_where_the_env_step_measured_one(tmp_path, capsys):
-    from sarathi_lab.profiling.floor_table import main
+    from sarathi_lab.measure.profiling.floor_table import main
 
     env = tmp_path / "env.json"
     env.write_text(json.dumps({"device": "X", "copy_gbps": 2890.0, "read_gbps": 3080.0, "matmul_tflops": 784.0}))

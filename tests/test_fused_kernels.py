@@ -132,7 +132,7 @@ import triton.language as tl
 from sarathi_kernels.gemm import _gemm_kernel, _reduce_kernel
 from sarathi_kernels.pointwise import ROPE_OPTIONS
 from sarathi_kernels.rope_kv import _rope_write_kv_kernel
-from sarathi_lab.profiling.gemm_sweep import TILINGS
+from sarathi_lab.measure.profiling.gemm_sweep import TILINGS
 
 def aligned(kernel, *more):
     return [n for n in kernel.arg_names if n.endswith("_ptr") or n.startswith("stride")] + list(more)

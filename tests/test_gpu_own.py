@@ -1,4 +1,4 @@
-"""The paper on a researcher's own GPU (python -m sarathi_lab.gpu --own): its dry run end to end in a fresh
+"""The paper on a researcher's own GPU (python -m sarathi_lab.measure.gpu --own): its dry run end to end in a fresh
 interpreter, as a user starts it (progress lines, one folder of claims and figures, resume), and the
 progress estimate, the unscaled plan and the refusals as unit tests."""
 from __future__ import annotations
@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from sarathi_lab.analysis import registry
-from sarathi_lab.gpu import state
-from sarathi_lab.gpu.plan import STEPS, UNSCALED_STEPS, Step, format_plan, select
-from sarathi_lab.gpu.progress import Progress, clock
-from sarathi_lab.gpu.state import StepResult
-from sarathi_lab.gpu.steps.paper import job_overrides, sweep_dir
 from sarathi_lab.harness import scales
+from sarathi_lab.measure.gpu import state
+from sarathi_lab.measure.gpu.plan import STEPS, UNSCALED_STEPS, Step, format_plan, select
+from sarathi_lab.measure.gpu.progress import Progress, clock
+from sarathi_lab.measure.gpu.state import StepResult
+from sarathi_lab.measure.gpu.steps.paper import job_overrides, sweep_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 # Cheap in a dry run, and between them a sweep in a child process (per_token_cost), figures that need
@@ -29,7 +29,7 @@ LINE = re.compile(r"^\[own\] (\d+:\d\d:\d\d) elapsed, about (\d+:\d\d:\d\d) left
                   r"\| (\S+): done in \d+ s \| (\d+) of (\d+) steps ended$", re.MULTILINE)
 
 
-def command(*args: str, module: str = "sarathi_lab.gpu", out_env: Path | None = None,
+def command(*args: str, module: str = "sarathi_lab.measure.gpu", out_env: Path | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "kernels")]))
     env.pop("OUT", None)
@@ -84,7 +84,7 @@ def test_own_refuses_a_budget_an_archive_docs_and_a_machine_without_a_gpu(tmp_pa
 
 def test_produce_points_a_gpu_to_the_own_command():
     run = command("device=cuda", module="sarathi_lab.produce", timeout=120)
-    assert run.returncode == 2 and "python -m sarathi_lab.gpu --own" in run.stderr
+    assert run.returncode == 2 and "python -m sarathi_lab.measure.gpu --own" in run.stderr
 
 
 def test_own_plan_is_one_run_with_the_paper_s_settings():

@@ -1,4 +1,4 @@
-"""The GPU queue (python -m sarathi_lab.gpu --next): its order, its resume from earlier runs, a step due
+"""The GPU queue (python -m sarathi_lab.measure.gpu --next): its order, its resume from earlier runs, a step due
 again when its engine code changes, and calls that fit their budget."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sarathi_lab.gpu import engine_code, queue, state
-from sarathi_lab.gpu.__main__ import capped, pending
-from sarathi_lab.gpu.plan import BY_NAME, STEPS
-from sarathi_lab.gpu.queue import Record
+from sarathi_lab.measure.gpu import engine_code, queue, state
+from sarathi_lab.measure.gpu.__main__ import capped, pending
+from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS
+from sarathi_lab.measure.gpu.queue import Record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,7 +186,7 @@ def test_the_engine_code_hash_of_a_tree_equals_its_commits_and_follows_its_sourc
 
 
 def test_each_step_depends_on_its_module_and_a_paper_step_on_its_result():
-    assert "sarathi_lab/gpu/steps/launch.py" in engine_code.paths_of("launch")
+    assert "sarathi_lab/measure/gpu/steps/launch.py" in engine_code.paths_of("launch")
     assert "sarathi_lab/engine" in engine_code.paths_of("launch")
     paper = engine_code.paths_of("paper.scheduler_latency.seed0-qps2")
     assert "sarathi_lab/analysis/paper_results/scheduler_latency.py" in paper and "sarathi_lab/harness" in paper
@@ -215,12 +215,12 @@ def test_a_capped_step_runs_alone_and_is_stopped_at_its_cap():
 
 def test_next_prints_the_queue_and_run_needs_next(tmp_path):
     env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'kernels'}", "PATH": "/usr/bin:/bin"}
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.gpu", "--next", "--budget-min", "9", "--out",
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", "--next", "--budget-min", "9", "--out",
                           str(tmp_path)], check=False, cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "call 1:" in run.stdout and "shows:" in run.stdout
-    bad = subprocess.run([sys.executable, "-m", "sarathi_lab.gpu", "--run"], check=False, cwd=ROOT, env=env,
+    bad = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", "--run"], check=False, cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--run is invalid without --next" in bad.stderr
 

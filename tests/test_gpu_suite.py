@@ -1,4 +1,4 @@
-"""The GPU suite (python -m sarathi_lab.gpu): its dry run end to end in a fresh interpreter, and
+"""The GPU suite (python -m sarathi_lab.measure.gpu): its dry run end to end in a fresh interpreter, and
 the parts a GPU call relies on (resume, restore, budget, reading the kernel check) as unit tests."""
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from sarathi_lab.analysis import registry
-from sarathi_lab.gpu import state
-from sarathi_lab.gpu.__main__ import exit_code, pending, record_killed
-from sarathi_lab.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
-from sarathi_lab.gpu.state import Metric, StepResult
-from sarathi_lab.gpu.wheels import installs_there
 from sarathi_lab.harness import scales
+from sarathi_lab.measure.gpu import state
+from sarathi_lab.measure.gpu.__main__ import exit_code, pending, record_killed
+from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
+from sarathi_lab.measure.gpu.state import Metric, StepResult
+from sarathi_lab.measure.gpu.wheels import installs_there
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,8 @@ def suite(*args: str, out_env: Path | None = None, timeout: float = 600,
     env.pop("OUT", None)
     if out_env is not None:
         env["OUT"] = str(out_env)
-    return subprocess.run([sys.executable, "-m", "sarathi_lab.gpu", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", *args], cwd=ROOT, env=env,
+                          capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 
@@ -132,7 +133,7 @@ def test_plan_puts_no_step_longer_than_the_budget_in_a_call():
 
 def test_plan_says_the_context_each_profile_step_runs_at():
     # --plan (and docs/gpu/README.md) said context<=4096 for llama-13b, whose step runs seq_len=3072.
-    from sarathi_lab.gpu.steps.profile import overrides
+    from sarathi_lab.measure.gpu.steps.profile import overrides
 
     for step in (s for s in STEPS if s.group == "profile"):
         (seq_len,) = [o.split("=")[1] for o in overrides(step.arg, dry_run=False) if o.startswith("seq_len=")]
@@ -253,9 +254,9 @@ def test_export_holds_at_most_eight_files(tmp_path):
 
 
 def _kernel_check():
-    """A kernel check as profiling/kernel_check.py records it: failures of each kind, two decode cases
+    """A kernel check as measure/profiling/kernel_check.py records it: failures of each kind, two decode cases
     and a prefill one, which no floor judges."""
-    from sarathi_lab.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
+    from sarathi_lab.measure.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
 
     return KernelCheck(
         "NVIDIA H100 80GB HBM3",
@@ -271,7 +272,7 @@ def _kernel_check():
 
 
 def test_kernels_step_reads_the_kernel_check():
-    from sarathi_lab.gpu.steps.kernels import metrics_of
+    from sarathi_lab.measure.gpu.steps.kernels import metrics_of
 
     metrics = {m.metric: m for m in metrics_of(_kernel_check(), copy_gbps=None)}
     assert metrics["attention_max_rel_err_bfloat16"].value == pytest.approx(2.5e-2)
@@ -299,8 +300,8 @@ def test_the_kernel_check_survives_its_json_and_names_the_timed_case():
     import dataclasses
     import json
 
-    from sarathi_lab.gpu.steps.kernels import metrics_of
-    from sarathi_lab.profiling.kernel_record import KernelCheck
+    from sarathi_lab.measure.gpu.steps.kernels import metrics_of
+    from sarathi_lab.measure.profiling.kernel_record import KernelCheck
 
     check = _kernel_check()
     again = KernelCheck.from_dict(json.loads(json.dumps(dataclasses.asdict(check))))
@@ -310,7 +311,7 @@ def test_the_kernel_check_survives_its_json_and_names_the_timed_case():
 
 
 def test_paper_sweeps_expand_to_the_plans_jobs():
-    from sarathi_lab.gpu.steps.paper import job_overrides, sweep_argv
+    from sarathi_lab.measure.gpu.steps.paper import job_overrides, sweep_argv
 
     jobs = job_overrides(BY_NAME["paper.pd_ratio"])
     assert len(jobs) == 3 * 3 * 2 * 2 and all("device=cuda" in job for job in jobs)
@@ -346,7 +347,7 @@ def test_the_paper_s_tile_aligned_chunks_run_beside_the_fixed_ones_on_the_gpu():
 
 
 def test_collect_keeps_tables_figures_and_profiles_not_raw_runs(tmp_path):
-    from sarathi_lab.gpu.collect import collect
+    from sarathi_lab.measure.gpu.collect import collect
 
     out = tmp_path / "out"
     files = {"steps/env/env.json": json.dumps({"device": "NVIDIA H100 80GB HBM3"}), "summary.csv": "a\n",
@@ -372,12 +373,12 @@ def test_collect_refuses_an_archive_without_the_env_step_or_from_a_dry_run(tmp_p
     out, archive = tmp_path / "out", tmp_path / "suite.tar.gz"
     _result(out, "kernels", "done")
     state.archive(out, archive)
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.gpu.collect", str(archive)], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu.collect", str(archive)], capture_output=True,
                          text=True, check=False, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.splitlines()[-1].endswith(f"{archive} is invalid: it has no steps/env/env.json (the env step "
                                                 "has not finished), so the device it measured is unknown")
-    from sarathi_lab.gpu.collect import collect
+    from sarathi_lab.measure.gpu.collect import collect
 
     (out / "steps" / "env").mkdir(parents=True)
     (out / "steps" / "env" / "env.json").write_text(json.dumps({"device": "cpu"}))
@@ -435,8 +436,8 @@ def test_export_drops_the_figures_an_earlier_export_of_the_call_chose(tmp_path):
 def test_kernels_step_reports_a_kernel_check_crash_as_itself(tmp_path, monkeypatch):
     # The kernel check dying before its first check (a kernel the compiler rejects, an import), so
     # with no result written, is reported as that crash, with the process's last line.
-    from sarathi_lab.gpu.context import Context
-    from sarathi_lab.gpu.steps import kernels
+    from sarathi_lab.measure.gpu.context import Context
+    from sarathi_lab.measure.gpu.steps import kernels
 
     crash = subprocess.CompletedProcess([], 1, "device: NVIDIA H100 80GB HBM3\nattention vs attention/reference.py\n",
                                         "Traceback (most recent call last):\n  ...\n"
@@ -454,8 +455,8 @@ def test_each_step_records_the_commit_it_ran_at(tmp_path):
     # The suite runs over several calls, and the README says to fix a failed step and rerun it:
     # summary.json's one suite.commit, the last call's, was all that said which code measured
     # the steps of the calls before.
-    from sarathi_lab.gpu.context import Context
-    from sarathi_lab.gpu.worker import run_step
+    from sarathi_lab.measure.gpu.context import Context
+    from sarathi_lab.measure.gpu.worker import run_step
 
     ctx = Context(tmp_path, state.step_dir(tmp_path, "env"), True, "cpu", None)
     run_step(BY_NAME["env"], ctx, "abc1234")
@@ -515,7 +516,7 @@ def test_launch_times_a_chunk_eager_and_as_the_engine_runs_it():
     # On the CPU the engine has no graphs: it runs the batch eagerly, says so (graph tokens 0), and
     # gives the eager forward's output; the batch's blocks go back.
     from sarathi_lab import LLM
-    from sarathi_lab.profiling.launch import measure
+    from sarathi_lab.measure.profiling.launch import measure
 
     llm = LLM("tiny", device="cpu", dtype="float32", max_batch_size=2, max_model_len=32, num_threads=1)
     free = llm.block_manager.num_free
@@ -528,8 +529,8 @@ def test_launch_step_names_each_iteration_against_its_floor(tmp_path, monkeypatc
     # A reviewer's script reads engine_over_floor[c=<chunk>+b=<decodes>]: every chunk alone (b=0) and
     # beside 17 decodes, the decode batches as before, with the issue's targets.
     from sarathi_lab import LLM
-    from sarathi_lab.gpu.context import Context
-    from sarathi_lab.gpu.steps import launch
+    from sarathi_lab.measure.gpu.context import Context
+    from sarathi_lab.measure.gpu.steps import launch
 
     timed = []
 
@@ -580,8 +581,8 @@ def test_launch_times_the_hybrid_iterations_again_with_their_attention_co_schedu
     # The 1.25x physical-floor target holds once prefill and decode attention are co-scheduled: the
     # step switches the engine to attention_hybrid=pod (its graphs captured again) and names those ,pod.
     from sarathi_lab import LLM
-    from sarathi_lab.gpu.steps import launch
-    from sarathi_lab.profiling.launch import CASES
+    from sarathi_lab.analysis.launch_grid import CASES
+    from sarathi_lab.measure.gpu.steps import launch
 
     seen = []
 

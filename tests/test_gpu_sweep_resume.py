@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from sarathi_lab.gpu import engine_code, queue, state
-from sarathi_lab.gpu.context import Context
-from sarathi_lab.gpu.plan import Step
-from sarathi_lab.gpu.steps import paper
 from sarathi_lab.harness import scales
+from sarathi_lab.measure.gpu import engine_code, queue, state
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.plan import Step
+from sarathi_lab.measure.gpu.steps import paper
 
 ROOT = Path(__file__).resolve().parents[1]
 # The GPU overlay's own keys (on_existing=skip, the experiment's sweeper axes dropped) on the CI scale.

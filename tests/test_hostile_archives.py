@@ -2,7 +2,7 @@
 lease, step names) stays inside its root or the archive is refused in one ``error:`` line (exit 2)
 before anything is written; only regular files and folders are read, within size bounds; a damaged
 archive is one line, never a traceback or a hang. Both readers: the suite's ``--restore``
-(gpu/state.restore) and ``gpu.collect``."""
+(measure/gpu/state.restore) and ``gpu.collect``."""
 from __future__ import annotations
 
 import io
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.gpu import __main__ as suite
-from sarathi_lab.gpu import archive_members, collect, state
+from sarathi_lab.measure.gpu import __main__ as suite
+from sarathi_lab.measure.gpu import archive_members, collect, state
 
 ENV = {"device": "NVIDIA H100 80GB HBM3"}
 STEP = {"step": "env", "status": "done", "started_at": 1_790_000_000.0, "commit": "abc1234"}

@@ -21,10 +21,10 @@ from sarathi_lab import LLM, ConfigError, host_memory
 from sarathi_lab.attention.backend import interpreted
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.gpu.plan import STEPS
 from sarathi_lab.harness.cli_check import check_command_line
 from sarathi_lab.harness.schema import WorkloadCfg, parse_config
 from sarathi_lab.harness.workloads import read_trace, resolve_trace_path
+from sarathi_lab.measure.gpu.plan import STEPS
 from sarathi_lab.model import memory
 from sarathi_lab.plan import plan_engine
 from tests.hf_models import save_random_model
@@ -147,8 +147,8 @@ def test_what_a_sweep_reads_passes(args):
 # --- command lines: an empty value, a budget no step fits -----------------------------------------
 
 @pytest.mark.parametrize("module, args", [
-    ("sarathi_lab.gpu.__main__", ["--dry-run", "--out", ""]),
-    ("sarathi_lab.gpu.__main__", ["--dry-run", "--out="]),
+    ("sarathi_lab.measure.gpu.__main__", ["--dry-run", "--out", ""]),
+    ("sarathi_lab.measure.gpu.__main__", ["--dry-run", "--out="]),
     ("sarathi_lab.analysis.timeline", ["RUN", "--out", ""]),
     ("sarathi_lab.analysis.publish", ["--measured", ""]),
 ])
@@ -164,7 +164,7 @@ def test_an_empty_option_value_is_refused(module, args, capsys, tmp_path):
 @given(budget=st.floats(min_value=1e-12, max_value=min(s.minutes for s in STEPS), exclude_max=True))
 @settings(max_examples=5, deadline=None)
 def test_a_budget_no_step_fits_is_refused_before_anything_is_written(budget, tmp_path_factory):
-    from sarathi_lab.gpu.__main__ import main
+    from sarathi_lab.measure.gpu.__main__ import main
 
     out = tmp_path_factory.mktemp("gpu") / "out"
     with pytest.raises(SystemExit) as done:
@@ -205,7 +205,7 @@ def test_profile_on_the_simulator_is_refused():
 
 def test_profile_past_the_context_names_the_setting():
     from sarathi_lab.harness.schema import MeasureCfg
-    from sarathi_lab.harness.tasks import profile
+    from sarathi_lab.measure.tasks import profile
 
     cfg = types.SimpleNamespace(chunk=64, batch_size=4, seq_len=64, measure=MeasureCfg(max_tokens=100_000))
     with pytest.raises(ConfigError, match=r"^measure.max_tokens=100000 is invalid with task=profile: .* past the "
@@ -219,7 +219,7 @@ def test_profile_past_the_context_names_the_setting():
 
 @pytest.mark.parametrize("below", ["", "x/y"])
 def test_a_profiles_dir_that_is_a_file_is_refused(below, tmp_path, monkeypatch):
-    from sarathi_lab.harness.tasks import profile
+    from sarathi_lab.measure.tasks import profile
 
     (tmp_path / "x").write_text("a file")
     monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path / (below or "x")))

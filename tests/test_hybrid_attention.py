@@ -1,19 +1,19 @@
-"""The GPU suite's ``hybrid`` step (profiling/hybrid_grid.py, hybrid_attention.py, gpu/steps/hybrid.py) on
-the CPU: every contender computes the reference attention of a hybrid batch; one that does not is
-caught and not timed; the floors are the hand count; the GPU grid is the issue's batches; the step
-writes its table, resumes, and runs in the suite's dry run."""
+"""The GPU suite's ``hybrid`` step (measure/profiling/hybrid_grid.py, hybrid_attention.py, measure/gpu/steps/hybrid.py)
+on the CPU: every contender computes the reference attention of a hybrid batch; one that does not is caught and not
+timed; the floors are the hand count; the GPU grid is the issue's batches; the step writes its table, resumes, and runs
+in the suite's dry run."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.gpu import state
-from sarathi_lab.gpu.context import Context
-from sarathi_lab.gpu.steps import hybrid as step
-from sarathi_lab.profiling import hybrid_attention as hybrid
-from sarathi_lab.profiling.attention_peers import Flex
-from sarathi_lab.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, HybridCase
+from sarathi_lab.measure.gpu import state
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.steps import hybrid as step
+from sarathi_lab.measure.profiling import hybrid_attention as hybrid
+from sarathi_lab.measure.profiling.attention_peers import Flex
+from sarathi_lab.measure.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, HybridCase
 from tests.test_gpu_suite import suite
 
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""Measuring as another x86 machine kind (sarathi_lab/profiling/isa.py, bench/as_isa.py): each kind's
+"""Measuring as another x86 machine kind (sarathi_lab/measure/profiling/isa.py, measure/bench/as_isa.py): each kind's
 restriction reaches every library in a fresh interpreter, as a user starts it, and the record says so."""
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
-from sarathi_lab.profiling import isa
-from sarathi_lab.profiling.machine import cpu_flags
+from sarathi_lab.measure.profiling import isa
+from sarathi_lab.measure.profiling.machine import cpu_flags
 
 # What a process held to each kind sees: torch's AVX-512 probe, the engine's bf16 choice, the
 # kernels' vector width (floats), torch's dispatch capability.
 EXPECTED = {"avx2": "False False 8 AVX2", "avx512-vnni": "True False 16 AVX512", "avx512-bf16": "True True 16 AVX512"}
-PROBE = ("from sarathi_lab.profiling import isa; isa.apply(); import torch; from sarathi_kernels import cpu_ops;"
+PROBE = ("from sarathi_lab.measure.profiling import isa; isa.apply(); import torch; "
+         "from sarathi_kernels import cpu_ops;"
          "from sarathi_lab.config import cpu_has_bf16_units;"
          "print(torch.cpu._is_avx512_supported(), cpu_has_bf16_units(), cpu_ops._tile_columns(),"
          " torch.backends.cpu.get_cpu_capability())")
@@ -44,7 +45,7 @@ def test_every_library_is_held_to_the_kind(name, tmp_path):
 def test_as_isa_runs_a_benchmark_and_labels_its_record(tmp_path):
     _runnable("avx2")
     out = tmp_path / "ceilings.json"
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.bench.as_isa", "avx2", "ceilings", "--smoke",
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench.as_isa", "avx2", "ceilings", "--smoke",
                            "--threads", "1", "--out", str(out)], env=_clean_env(), capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -56,7 +57,7 @@ def test_as_isa_runs_a_benchmark_and_labels_its_record(tmp_path):
 @pytest.mark.parametrize("argv, says", [(["avx3", "ceilings"], "KIND='avx3' is not one of"),
                                         (["avx2", "nope"], "BENCHMARK='nope' is not one of")])
 def test_as_isa_refuses_in_one_line(argv, says):
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.bench.as_isa", *argv], env=_clean_env(),
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench.as_isa", *argv], env=_clean_env(),
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr
 

@@ -1,4 +1,4 @@
-"""The per-kernel breakdown of an iteration as the engine runs it (profiling/kernel_breakdown.py): kernel
+"""The per-kernel breakdown of an iteration as the engine runs it (measure/profiling/kernel_breakdown.py): kernel
 names as an H100 trace of a CUDA-graph replay has them, grouped by what they compute and, for the GEMMs,
 by the projection their place in the layer says they are (a replay records no ranges); summed per
 iteration and per layer; the launch step's kernels.csv and its figure."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sarathi_lab.profiling.kernel_breakdown import GROUPS, Kernel, breakdown_rows, groups_of, kind_of
+from sarathi_lab.measure.profiling.kernel_breakdown import GROUPS, Kernel, breakdown_rows, groups_of, kind_of
 
 NORM, ROPE_KV, ATTENTION, MERGE, SILU = ("_add_rms_norm_kernel", "_rope_write_kv_kernel", "_paged_attention_kernel",
                                          "_merge_splits_kernel", "_silu_mul_kernel")
@@ -108,9 +108,9 @@ def test_rows_sum_per_iteration_and_per_layer():
 
 
 def test_the_figure_draws_a_stacked_bar_per_iteration(tmp_path):
-    from sarathi_lab.gpu import state
-    from sarathi_lab.gpu.report import kernel_breakdown_figure
-    from sarathi_lab.gpu.steps.launch import KERNELS
+    from sarathi_lab.measure.gpu import state
+    from sarathi_lab.measure.gpu.report import kernel_breakdown_figure
+    from sarathi_lab.measure.gpu.steps.launch import KERNELS
 
     kernels = [Kernel(n, float(i), 10.0) for i, n in enumerate(decode_iteration(40))]
     rows = breakdown_rows("b=18", kernels, 1, 40, False, 5.0, 5.6, "cuda kernels")
@@ -122,10 +122,10 @@ def test_the_figure_draws_a_stacked_bar_per_iteration(tmp_path):
 
 
 def test_the_launch_steps_dry_run_writes_the_breakdown(tmp_path, monkeypatch):
-    from sarathi_lab.gpu import state
-    from sarathi_lab.gpu.context import Context
-    from sarathi_lab.gpu.plan import BY_NAME
-    from sarathi_lab.gpu.steps import launch
+    from sarathi_lab.measure.gpu import state
+    from sarathi_lab.measure.gpu.context import Context
+    from sarathi_lab.measure.gpu.plan import BY_NAME
+    from sarathi_lab.measure.gpu.steps import launch
 
     model, dtype, context, reps, _ = launch.SHAPES["cpu"]
     monkeypatch.setitem(launch.SHAPES, "cpu", (model, dtype, context, reps, ((0, 18), (256, 17))))
@@ -149,7 +149,7 @@ def test_the_launch_steps_dry_run_writes_the_breakdown(tmp_path, monkeypatch):
 def test_a_profile_that_fails_leaves_the_step_standing(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from sarathi_lab.gpu.steps import launch
+    from sarathi_lab.measure.gpu.steps import launch
 
     def profile(llm, chunk, decodes, context, reps):
         if chunk:

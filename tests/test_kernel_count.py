@@ -1,15 +1,15 @@
 """Kernels a decoder layer launches on the GPU path, counted statically from the engine's own decisions
-(profiling/kernel_count.py): the fusions take RoPE + KV write from two launches to one and, where the
+(measure/profiling/kernel_count.py): the fusions take RoPE + KV write from two launches to one and, where the
 tuned table chose the Triton GEMM for gate_up, SiLU * up into its epilogue; a split attention or a
 split-K GEMM adds its merge. The ``launch`` step reports the counts before and after."""
 from __future__ import annotations
 
-from sarathi_lab.gpu import state
-from sarathi_lab.gpu.context import Context
-from sarathi_lab.gpu.plan import BY_NAME
+from sarathi_lab.measure.gpu import state
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.plan import BY_NAME
+from sarathi_lab.measure.profiling.kernel_count import static_layer_kernels
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.profiling.kernel_count import static_layer_kernels
 from sarathi_lab.tuned_kernels import DEFAULT, GemmChoice, TunedTable, gemm_key
 
 LLAMA_13B = Shape.of(PRESETS["llama-13b"])
@@ -41,7 +41,7 @@ def test_a_lone_decode_on_132_sms_splits_and_pays_a_merge():
 
 
 def test_the_launch_step_reports_kernels_per_layer_before_and_after(tmp_path, monkeypatch):
-    from sarathi_lab.gpu.steps import launch
+    from sarathi_lab.measure.gpu.steps import launch
 
     monkeypatch.setattr(launch, "measure", lambda llm, chunk, decodes, context, reps: {
         "eager_ms": 2.0, "engine_ms": 1.0, "graph_tokens": 0, "rel_diff": 0.0})

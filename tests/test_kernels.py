@@ -15,7 +15,7 @@ from sarathi_kernels.paged_attention import paged_attention
 
 from sarathi_lab.attention import make_backend, reference
 from sarathi_lab.attention.triton_backend import TritonAttention
-from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from sarathi_lab.measure.profiling.attention import context_slot_mapping, paged_batch
 from tests.triton_compile import compile_for_gpu
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}

@@ -1,13 +1,13 @@
 """The CPU kernels' tests and the engine-vs-transformers grid again, on the code other machine kinds
 get: the kernels built for an older -march target (SARATHI_KERNELS_MARCH,
 kernels/sarathi_kernels/cpu_build.py) and oneDNN, MKL and torch's dispatch capped at that kind's ISA
-(profiling/isa.py), on this CPU when it has that target's instructions. x86-64-v3 is an AVX2-only
+(measure/profiling/isa.py), on this CPU when it has that target's instructions. x86-64-v3 is an AVX2-only
 machine (the AMD EPYC kind without AVX-512); cascadelake is an Intel Xeon with AVX-512 and VNNI but
 no bfloat16 instructions, where the bfloat16 linear takes its float32 path instead of vdpbf16ps;
 cooperlake has them but no AMX (the AMD EPYC Zen 4 kind), so on a Sapphire Rapids Xeon it runs the
 vdpbf16ps path that AMX replaces. Each runs in a fresh interpreter with its own build, as a user on
 that machine would. The kinds and the CPU flags each needs are
-sarathi_lab/profiling/isa.py's, the ones `bench.as_isa` measures as."""
+sarathi_lab/measure/profiling/isa.py's, the ones `bench.as_isa` measures as."""
 from __future__ import annotations
 
 import os
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sarathi_lab.profiling import isa
-from sarathi_lab.profiling.machine import cpu_flags
+from sarathi_lab.measure.profiling import isa
+from sarathi_lab.measure.profiling.machine import cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 # The engine's grid: float32 greedy tokens equal transformers' whichever ISA's code runs, the

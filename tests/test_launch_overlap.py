@@ -1,13 +1,13 @@
-"""The launch step's overlapped twins (gpu/steps/launch_overlap.py) and their per-stream timeline
-(profiling/overlap.py), with the measurement faked where it needs a GPU."""
+"""The launch step's overlapped twins (measure/gpu/steps/launch_overlap.py) and their per-stream timeline
+(measure/profiling/overlap.py), with the measurement faked where it needs a GPU."""
 from __future__ import annotations
 
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.profiling.launch import CASES
-from sarathi_lab.profiling.overlap import concurrent_ms, kernel_rows, streams_busy_ms
+from sarathi_lab.analysis.launch_grid import CASES
+from sarathi_lab.measure.profiling.overlap import concurrent_ms, kernel_rows, streams_busy_ms
 
 
 def test_kernel_rows_keep_each_kernels_stream_from_the_trace():
@@ -39,7 +39,7 @@ def test_concurrent_time_is_the_time_two_streams_are_busy(spans):
 
 def test_the_overlapped_twins_are_named_and_judged_beside_the_engine_rows(monkeypatch, tmp_path):
     from sarathi_lab import LLM
-    from sarathi_lab.gpu.steps import launch_overlap
+    from sarathi_lab.measure.gpu.steps import launch_overlap
 
     seen = []
 

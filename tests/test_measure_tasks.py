@@ -1,4 +1,4 @@
-"""Each measurement task of ``sarathi_lab.harness.tasks`` on a tiny real engine whose clock is
+"""Each measurement task of ``sarathi_lab.measure.tasks`` on a tiny real engine whose clock is
 virtual: the model's modules advance it by a known cost per token as they run, so every time a
 task reports has an exact expected value, and a task that builds the wrong batch, labels a timing
 wrongly or derives a quantity wrongly gets a wrong number."""
@@ -14,7 +14,7 @@ import pytest
 from sarathi_lab import LLM
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.harness.schema import MeasureCfg
-from sarathi_lab.harness.tasks import TASKS, measurement
+from sarathi_lab.harness.tasks import measurement, task_names
 from sarathi_lab.harness.workloads import split_length
 
 # Seconds per token of each watched module, per layer; the qkv projection is charged by whole
@@ -131,22 +131,31 @@ def test_reread_counts_the_kv_chunks_re_read_and_what_chunking_costs(llm):
     assert list(overhead.index) == ["attention", "prefill", "end_to_end"]
 
 
-def test_tasks_are_the_modules_of_the_package_listed_without_importing_them():
-    code = ("import sys; from sarathi_lab.harness.tasks import TASKS; "
-            "print(','.join(TASKS)); print(any(m.startswith('sarathi_lab.harness.tasks.') for m in sys.modules))")
+def test_tasks_are_the_modules_of_the_wing_registered_without_importing_them():
+    """The harness knows a task only once the wing registered it (run.py imports the wing), and
+    registering imports no task's module."""
+    code = ("import sys; from sarathi_lab.harness.tasks import task_names; print(','.join(task_names()) or '-'); "
+            "import sarathi_lab.measure.tasks; print(','.join(task_names())); "
+            "print(any(m.startswith('sarathi_lab.measure.tasks.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    names, imported = out.stdout.split()
-    assert names.split(",") == list(TASKS) and imported == "False"
-    assert {"op_breakdown", "iteration_sweep", "piggyback", "reread"} <= set(TASKS)
+    before, names, imported = out.stdout.split()
+    assert before == "-" and names.split(",") == list(task_names()) and imported == "False"
+    assert {"op_breakdown", "iteration_sweep", "piggyback", "reread"} <= set(task_names())
     with pytest.raises(ValueError, match="task='serve' is not a measurement"):
         measurement("serve")
+
+
+def test_run_py_registers_the_wings_tasks():
+    code = "import sarathi_lab.run; from sarathi_lab.harness.tasks import task_names; print(','.join(task_names()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split()[-1].split(",") == list(task_names())
 
 
 def test_the_op_split_under_a_cuda_graph_comes_from_an_eager_pass_scaled_to_the_replay(llm, monkeypatch):
     # A graph's replay runs no module, so hooks around its forward saw nothing and the split was all
     # "others". The split is timed eagerly, then scaled to the replay's time, its shares kept.
-    from sarathi_lab.profiling.batches import SyntheticBatches
-    from sarathi_lab.profiling.ops import OPS, time_by_op
+    from sarathi_lab.measure.profiling.batches import SyntheticBatches
+    from sarathi_lab.measure.profiling.ops import OPS, time_by_op
 
     replay_s = 1e-3
     replay = lambda prepared, fused=False: llm.engine.clock.advance(replay_s)
@@ -168,8 +177,8 @@ def test_the_op_split_under_a_cuda_graph_comes_from_an_eager_pass_scaled_to_the_
 def test_the_op_split_adds_up_to_the_bare_forward_whatever_the_hooks_cost(llm, monkeypatch):
     # Every clock read costs time here, as a device sync at each hook does on a GPU: the hooked ops
     # then sum to more than the bare forward, and a stacked split drawn from them overstated it.
-    from sarathi_lab.profiling.batches import SyntheticBatches
-    from sarathi_lab.profiling.ops import OPS, time_by_op
+    from sarathi_lab.measure.profiling.batches import SyntheticBatches
+    from sarathi_lab.measure.profiling.ops import OPS, time_by_op
 
     clock, read = llm.engine.clock, llm.engine.clock.now
 

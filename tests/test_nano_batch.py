@@ -13,8 +13,8 @@ from sarathi_kernels.tolerances import COMPILED_TOLERANCE
 
 from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError, EngineConfig
+from sarathi_lab.measure.profiling.batches import SyntheticBatches
 from sarathi_lab.model.nano_batch import NO_OVERLAP, NanoBatch, OverlapRule, overlapped_layers, split_meta
-from sarathi_lab.profiling.batches import SyntheticBatches
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, stage_busy_s
 from sarathi_lab.engine.metrics import IterationRecord
 from sarathi_lab.engine.scheduler import make_scheduler
-from sarathi_lab.harness.tasks._stage_timeline import estimated_timeline, spans
 from sarathi_lab.host_features import usable_cores
+from sarathi_lab.measure.tasks._stage_timeline import estimated_timeline, spans
 from sarathi_lab.sim.cost_model import IterationCost
 from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes, through_stages
@@ -168,7 +168,7 @@ def test_a_one_in_flight_pipeline_s_timeline_is_estimated_stage_after_stage():
 def test_one_stage_is_refused_before_any_work():
     from sarathi_lab.harness.cli_check import compose_config
     from sarathi_lab.harness.schema import parse_config
-    from sarathi_lab.harness.tasks import pipeline_bubbles
+    from sarathi_lab.measure.tasks import pipeline_bubbles
 
     cfg = parse_config(compose_config(["experiment=ci/pipeline_bubbles", "engine.pipeline_parallel=1"]))
     with pytest.raises(ConfigError, match=r"^engine.pipeline_parallel=1 is invalid with task=pipeline_bubbles"):
@@ -178,7 +178,7 @@ def test_one_stage_is_refused_before_any_work():
 def test_pinning_more_ranks_than_cores_is_refused_before_any_work(monkeypatch):
     from sarathi_lab.harness.cli_check import compose_config
     from sarathi_lab.harness.schema import parse_config
-    from sarathi_lab.harness.tasks import pipeline_bubbles
+    from sarathi_lab.measure.tasks import pipeline_bubbles
 
     cfg = parse_config(compose_config(["experiment=ci/pipeline_bubbles"]))
     monkeypatch.setattr(pipeline_bubbles.os, "sched_getaffinity", lambda pid: {0})
@@ -190,7 +190,7 @@ def test_pinning_more_ranks_than_cores_is_refused_before_any_work(monkeypatch):
 def test_a_handoff_from_a_recorded_trace_or_of_no_requests_is_refused_before_any_work():
     from sarathi_lab.harness.cli_check import compose_config
     from sarathi_lab.harness.schema import parse_config
-    from sarathi_lab.harness.tasks import pipeline_bubbles
+    from sarathi_lab.measure.tasks import pipeline_bubbles
 
     cfg = parse_config(compose_config(["experiment=ci/pipeline_bubbles", "workload=trace_lengths",
                                        "workload.path=x.csv", "measure.pin_stages=false"]))

@@ -23,7 +23,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 def assert_close(actual, expected):
     # The interpreter truncates float32 to bfloat16 where a GPU rounds to nearest, so interpreted bf16
     # results may differ by a unit in the last place per rounding (more where a sum cancels):
-    # profiling/kernel_check.py holds the compiled kernels to torch's own bf16 tolerance.
+    # measure/profiling/kernel_check.py holds the compiled kernels to torch's own bf16 tolerance.
     if actual.dtype == torch.bfloat16:
         torch.testing.assert_close(actual, expected, rtol=2**-6, atol=0.05)
     else:
@@ -163,8 +163,8 @@ def test_greedy_tokens_through_the_triton_elementwise_kernels_match_transformers
 
 
 def test_the_gpu_kernel_check_s_pointwise_check_runs_here_through_the_interpreter(monkeypatch):
-    # profiling/kernel_check.py runs only on a GPU: a typo in it would cost a GPU run's step.
-    from sarathi_lab.profiling import kernel_check
+    # measure/profiling/kernel_check.py runs only on a GPU: a typo in it would cost a GPU run's step.
+    from sarathi_lab.measure.profiling import kernel_check
 
     monkeypatch.setattr(kernel_check, "DEV", torch.device("cpu"))
     assert kernel_check.check_pointwise(torch.float32) == {"add_rms_norm": True, "rope": True, "silu_mul": True,

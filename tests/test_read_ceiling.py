@@ -1,4 +1,4 @@
-"""The env step's read-bandwidth ceiling beside its copy one (profiling/ceilings.py): a read-only
+"""The env step's read-bandwidth ceiling beside its copy one (measure/profiling/ceilings.py): a read-only
 kernel's bytes over its fastest isolated time, recorded as ``read_gbps`` in env.json and the step's
 metrics, where the floors' engineer reads it; the copy rate the floors use is unchanged."""
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from sarathi_lab.gpu import state
-from sarathi_lab.gpu.context import Context
-from sarathi_lab.gpu.steps import env
-from sarathi_lab.profiling import ceilings
+from sarathi_lab.measure.gpu import state
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.steps import env
+from sarathi_lab.measure.profiling import ceilings
 
 
 def test_the_read_rate_is_the_buffers_bytes_over_the_fastest_isolated_read(monkeypatch):

@@ -11,9 +11,9 @@ import pytest
 from sarathi_lab.analysis import claims, registry
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult
 from sarathi_lab.analysis.runs import Results
-from sarathi_lab.gpu.plan import STEPS, build_steps
-from sarathi_lab.gpu.steps.paper import sweep_argv
 from sarathi_lab.harness import CONF_DIR, scales
+from sarathi_lab.measure.gpu.plan import STEPS, build_steps
+from sarathi_lab.measure.gpu.steps.paper import sweep_argv
 from sarathi_lab.produce import sweep_args
 
 
@@ -77,7 +77,7 @@ def test_a_result_split_in_parts_is_one_step_a_part_named_together(toy, monkeypa
     from dataclasses import replace
 
     from sarathi_lab.analysis.paper_result import GpuPart
-    from sarathi_lab.gpu import plan
+    from sarathi_lab.measure.gpu import plan
 
     parts = (GpuPart("a", 1.0), GpuPart("b", 2.0))
     monkeypatch.setattr(registry, "RESULTS", (replace(toy, gpu=replace(toy.gpu, parts=parts)),))

@@ -176,7 +176,7 @@ def test_overwrite_swaps_the_new_run_in_once_it_has_finished(tmp_path):
 
 
 def test_load_is_judged_by_run_queue_waiting_not_by_idling():
-    from sarathi_lab.profiling.load import LoadSnapshot, assess
+    from sarathi_lab.host_load import LoadSnapshot, assess
     quiet = assess(LoadSnapshot(0, 0, 0.5), LoadSnapshot(10**9, 10**7, 1.0))
     assert quiet["timing_unreliable"] is False and quiet["timing_note"] is None
     assert quiet["runqueue_wait_share"] == pytest.approx(0.0099, abs=1e-4)

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.config import ConfigError
+from sarathi_lab.measure.sim_check.convert_gpu_kernels import convert_all_reduce, kept_bytes
 from sarathi_lab.model import load_config
 from sarathi_lab.sim import CostModel
 from sarathi_lab.sim import gpu_kernels as gk
-from sarathi_lab.sim.convert_gpu_kernels import convert_all_reduce, kept_bytes
 from sarathi_lab.sim.parallel import AllReduce, measured_points, ring_s
 
 

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.config import ConfigError
+from sarathi_lab.measure.sim_check import fidelity
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.sim import CostModel, fidelity
+from sarathi_lab.sim import CostModel
 from sarathi_lab.sim.calibration import (
     Calibration,
     fit,

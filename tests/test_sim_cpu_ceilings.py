@@ -1,4 +1,4 @@
-"""The CPU's ceilings: measured by profiling/cpu_ceilings.py into a file, read by the simulator."""
+"""The CPU's ceilings: measured by measure/profiling/cpu_ceilings.py into a file, read by the simulator."""
 from __future__ import annotations
 
 import json
@@ -43,7 +43,7 @@ def test_a_missing_or_damaged_file_fails_in_one_line_naming_the_command(content,
 
 @pytest.mark.parametrize("content", DAMAGED)
 def test_measuring_replaces_a_damaged_file_with_one_warning(content, tmp_path, monkeypatch, caplog):
-    from sarathi_lab.profiling import ceilings, cpu_ceilings
+    from sarathi_lab.measure.profiling import ceilings, cpu_ceilings
 
     path = tmp_path / "c.json"
     path.write_text(content)

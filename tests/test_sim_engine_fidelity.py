@@ -4,12 +4,12 @@ import math
 import pandas as pd
 import pytest
 
+from sarathi_lab.measure.sim_check import engine_fidelity
 from sarathi_lab.model import load_config
-from sarathi_lab.sim import engine_fidelity
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
 
-# op, tokens, context, batch, seconds: task=profile's rows (profiling/ops.py's split and bare forwards).
+# op, tokens, context, batch, seconds: task=profile's rows (measure/profiling/ops.py's split and bare forwards).
 ROWS = [("qkv_proj", 4, 4, 1, 0.0011), ("o_proj", 4, 4, 1, 0.0012), ("ffn", 4, 4, 1, 0.0013),
         ("others", 4, 4, 1, 0.0014), ("qkv_proj", 64, 64, 1, 0.0021), ("o_proj", 64, 64, 1, 0.0022),
         ("ffn", 64, 64, 1, 0.0023), ("others", 64, 64, 1, 0.0024), ("prefill_attention", 16, 48, 1, 0.0031),

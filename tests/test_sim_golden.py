@@ -1,7 +1,7 @@
 """The simulator's results on fixed traces, held to values it produced before its speed-ups: a change
 made for speed alone (imports, the loop's hot spots, how cost models are found) must leave every
 record of these runs as it was. The digest covers each iteration's and request's record and the
-summary (bench/sim_speed.py's digest)."""
+summary (measure/sim_check/sim_speed.py's digest)."""
 from __future__ import annotations
 
 import warnings
@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from sarathi_lab import LLM
-from sarathi_lab.bench.sim_speed import digest, workload
+from sarathi_lab.measure.sim_check.sim_speed import digest, workload
 
 # One case per scheduler, over the three cost models, tensor parallelism and three devices: the LLM's
 # settings, and (digest, iterations, makespan_s) of 40 requests of 100-900 prompt and 4-64 decode

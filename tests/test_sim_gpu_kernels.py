@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.config import ConfigError
+from sarathi_lab.measure.sim_check.convert_gpu_kernels import convert_attention, convert_mlp, kept_tokens
 from sarathi_lab.model import PRESETS
 from sarathi_lab.sim import CostModel
 from sarathi_lab.sim import gpu_kernels as gk
-from sarathi_lab.sim.convert_gpu_kernels import convert_attention, convert_mlp, kept_tokens
 from sarathi_lab.sim.interpolate import Surface
 from sarathi_lab.sim.kernel_model import KernelCostModel
 

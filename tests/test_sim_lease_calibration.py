@@ -1,4 +1,4 @@
-"""The calibration refitted to a GPU lease's kernel tables (sim/lease_kernels.py, calibration.fit_lease):
+"""The calibration refitted to a GPU lease's kernel tables (measure/sim_check/lease_kernels.py, calibration.fit_lease):
 the committed H100 lease's tables read as kernel rows, the refit keeps time monotone where its curve
 meets the base's, and the device file's H100 calibration predicts that lease's own iterations (the
 launch step's CUDA-graph forwards, which the fit never saw) within the simulator's 10% target."""
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sarathi_lab.measure.sim_check.calibration_cli import calibrations
+from sarathi_lab.measure.sim_check.lease_kernels import LEASES_DIR, lease_kernels, newest_lease
 from sarathi_lab.sim import CostModel
 from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit_lease, measured_shape
-from sarathi_lab.sim.calibration_cli import calibrations
 from sarathi_lab.sim.device import load_device
-from sarathi_lab.sim.lease_kernels import LEASES_DIR, lease_kernels, newest_lease
 
 LEASE = LEASES_DIR / "h100" / "2026-11-27_7fae342"
 LAUNCH = re.compile(r"engine_ms\[(?:c=(\d+)\+)?b=(\d+)(?:,ctx=(\d+))?\]")

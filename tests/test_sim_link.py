@@ -1,12 +1,12 @@
 """The link between two processes: its table (sim/link.py), and a real ping-pong over gloo
-(profiling/link.py)."""
+(measure/profiling/link.py)."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.profiling.link import measure
+from sarathi_lab.measure.profiling.link import measure
 from sarathi_lab.sim.link import Link
 
 
@@ -44,7 +44,7 @@ def test_a_ping_pong_that_gives_no_times_fails_in_one_line_naming_why():
 
 
 def test_the_command_line_refuses_cores_it_may_not_run_on(capsys):
-    from sarathi_lab.profiling.link import main
+    from sarathi_lab.measure.profiling.link import main
 
     with pytest.raises(SystemExit) as done:
         main(["--cores", "0,9999"])

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from transformers import AutoConfig
 
-from sarathi_lab.bench.sim_pipeline import GPT3, fig12, zipf_lengths
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import make_scheduler
+from sarathi_lab.measure.sim_check.sim_pipeline import GPT3, fig12, zipf_lengths
 from sarathi_lab.sim.device import load_device
 from sarathi_lab.sim.parallel import StageCostModel, StageTimes
 from sarathi_lab.sim.pipeline_run import PipelineRun, serve_pipeline
@@ -114,7 +114,7 @@ def test_the_pipeline_command_writes_its_table_and_figure(tmp_path):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.bench", "sim_pipeline", "--smoke", "--requests",
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "sim_pipeline", "--smoke", "--requests",
                            "40", "--out", str(tmp_path)], check=False, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

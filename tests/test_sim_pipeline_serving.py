@@ -92,7 +92,7 @@ def test_two_requests_keep_both_stages_busy_and_finish_in_half_the_serial_time(t
 
 def test_one_stage_is_the_simulator_as_it_was():
     # tests/test_sim_golden.py's TP2 case, with sim_pp=1 said: the same executor and the same records.
-    from sarathi_lab.bench.sim_speed import digest, workload
+    from sarathi_lab.measure.sim_check.sim_speed import digest, workload
 
     llm = LLM("llama2-7b", executor="sim", num_kv_blocks=600, sim_device="a100", sim_tp=2, sim_pp=1,
               scheduler="orca", max_batch_size=8)

@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from sarathi_lab.bench import sim_process, sim_speed
 from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.measure.sim_check import sim_process, sim_speed
 
 
 def test_the_trace_file_holds_sim_speed_s_requests(tmp_path):

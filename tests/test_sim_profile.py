@@ -26,7 +26,7 @@ def profiled(tmp_path_factory):
     root = tmp_path_factory.mktemp("profiles")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SARATHI_PROFILES_DIR", str(root))
-        task = importlib.import_module("sarathi_lab.harness.tasks.profile")
+        task = importlib.import_module("sarathi_lab.measure.tasks.profile")
         # The model's positions end at seq_len, as the preset's do where a profile measures its whole
         # context: a chunk placed past them raised on a GPU (an index out of bounds in the rotary table).
         llm = LLM("tiny", max_batch_size=CFG.batch_size, chunk_size=CFG.chunk, device="cpu", warmup_iters=1,
@@ -141,7 +141,7 @@ def test_the_self_check_reads_the_table_in_the_dtype_it_was_measured_in(profiled
 
     from sarathi_lab.model import PRESETS
 
-    task = importlib.import_module("sarathi_lab.harness.tasks.profile")
+    task = importlib.import_module("sarathi_lab.measure.tasks.profile")
     built = []
 
     class Spy(task.ProfileCostModel):
@@ -158,7 +158,7 @@ def test_the_self_check_reads_the_table_in_the_dtype_it_was_measured_in(profiled
 @pytest.mark.parametrize("chunk,seq_len", [(512, 4096), (512, 3072), (32, 64), (64, 64), (1, 1), (256, 100)])
 def test_no_profiled_chunk_ends_past_seq_len(chunk, seq_len):
     cfg = SimpleNamespace(chunk=chunk, batch_size=18, seq_len=seq_len, measure=CFG.measure)
-    g = importlib.import_module("sarathi_lab.harness.tasks.profile").grids(cfg)
+    g = importlib.import_module("sarathi_lab.measure.tasks.profile").grids(cfg)
     assert max(c + before for c, before in g["prefills"]) == seq_len
     # Every chunk after prefixes up to the longest that fits beside it, not only the largest chunk's.
     assert all(max(b for c2, b in g["prefills"] if c2 == c) == seq_len - c for c in g["chunks"])
@@ -173,7 +173,7 @@ def test_a_table_measured_on_another_machine_is_replaced_only_when_asked(profile
     root, _, _ = profiled
     shutil.copytree(root, tmp_path / "profiles")
     monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path / "profiles"))
-    task = importlib.import_module("sarathi_lab.harness.tasks.profile")
+    task = importlib.import_module("sarathi_lab.measure.tasks.profile")
     llm = SimpleNamespace(config=SimpleNamespace(torch_device=__import__("torch").device("cpu")))
     refuse, overwrite = (SimpleNamespace(model=CFG.model, on_existing=o) for o in ("refuse", "overwrite"))
     task._check_replace(refuse, llm)  # this machine's own table: remeasured unasked

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sarathi_lab.bench.tile_alignment import piggyback_ms, sweep
 from sarathi_lab.engine.tiles import aligned_chunk
+from sarathi_lab.measure.bench.tile_alignment import piggyback_ms, sweep
 from sarathi_lab.sim import CostModel
 
 

@@ -13,8 +13,8 @@ import math
 import pandas as pd
 import pytest
 
-from sarathi_lab.bench.sim_validate import SERVED, Case, CPUClock, host_probe, validate
 from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.measure.sim_check.sim_validate import SERVED, Case, CPUClock, host_probe, validate
 
 pytestmark = pytest.mark.e2e
 
@@ -82,7 +82,7 @@ def test_the_cpu_clock_counts_waiting_for_arrivals_but_not_sleeping():
 
 def test_a_profile_timed_on_another_clock_is_refused(tmp_path, monkeypatch, capsys):
     # --clock wall took the committed profile, timed on CPUClock, and compared wall-clock runs with it.
-    from sarathi_lab.bench import sim_validate
+    from sarathi_lab.measure.sim_check import sim_validate
 
     cpu = tmp_path / "profiles" / "cpu"
     cpu.mkdir(parents=True)

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sarathi_lab.bench import sim_vs_gpu, task_tables
-from sarathi_lab.bench import sim_vs_gpu_report as report
+from sarathi_lab.measure.bench import task_tables
+from sarathi_lab.measure.sim_check import sim_vs_gpu
+from sarathi_lab.measure.sim_check import sim_vs_gpu_report as report
 from sarathi_lab.sim.cost_model import CostModel
 
 RUN_KINDS = {"pd_ratio", "orca_compare", "per_token_cost", "decode_speedup", "chunk_overhead", "tile_quantization"}

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.analysis import gpu_claims, gpu_records
-from sarathi_lab.gpu import __main__ as suite
-from sarathi_lab.gpu import archive_members, collect, queue, state
-from sarathi_lab.gpu.plan import STEPS
+from sarathi_lab.measure.gpu import __main__ as suite
+from sarathi_lab.measure.gpu import archive_members, collect, queue, state
+from sarathi_lab.measure.gpu.plan import STEPS
 
 STARTED = 1_790_000_000.0  # 2026-09-21
 METRIC = {"metric": "x_ms", "value": 1.5, "unit": "ms", "target": "", "holds": None}

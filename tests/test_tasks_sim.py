@@ -9,9 +9,9 @@ import pytest
 
 from sarathi_lab import LLM
 from sarathi_lab.harness.schema import MeasureCfg
-from sarathi_lab.harness.tasks import TASKS, measurement
+from sarathi_lab.harness.tasks import measurement, task_names
 from sarathi_lab.harness.workloads import split_length
-from sarathi_lab.profiling.ops import OPS
+from sarathi_lab.measure.profiling.ops import OPS
 
 SIMULATED_TASKS = ("iteration_sweep", "op_breakdown", "piggyback", "reread")
 
@@ -39,7 +39,7 @@ def test_every_timing_task_has_a_simulated_path():
     # profile measures the engine (a real one only); capacity serves trials through the executor in
     # use, simulated or real, and times no forward of its own; pipeline_bubbles measures a real
     # pipeline's ranks and simulates its own twin beside it.
-    assert set(SIMULATED_TASKS) == set(TASKS) - {"profile", "capacity", "pipeline_bubbles"}
+    assert set(SIMULATED_TASKS) == set(task_names()) - {"profile", "capacity", "pipeline_bubbles"}
 
 
 def test_op_breakdown_reports_the_cost_models_prefill_and_decode(llm):
@@ -95,9 +95,9 @@ def test_reread_predicts_attention_and_serves_the_request_on_the_virtual_clock(l
 def test_the_readers_take_the_alignment_a_piggyback_run_recorded(tmp_path):
     # A sweep's override column says what was asked (scheduler.chunk_align); the table's chunk_align says
     # what ran: sarathi_serve has no such knob and runs its chunk as set, whatever ++ added.
+    from sarathi_lab.analysis import quantities
     from sarathi_lab.harness.compose import run_in_process
     from sarathi_lab.harness.results import load_runs
-    from sarathi_lab.profiling import quantities
 
     common = ["task=piggyback", "executor=sim", "model=tiny", "logger=none", "chunk=32", "batch_size=4",
               "seq_len=64", "measure.reps=1"]

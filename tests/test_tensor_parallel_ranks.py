@@ -17,9 +17,9 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from sarathi_lab import LLM, SamplingParams
-from sarathi_lab.bench import tp_wire
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.host_features import usable_cores
+from sarathi_lab.measure.bench import tp_wire
 from sarathi_lab.model.parallel import driver
 from sarathi_lab.model.parallel.group import free_port
 from tests.hf_models import hf_greedy

@@ -11,7 +11,7 @@ from sarathi_kernels import cpu_attention
 
 from sarathi_lab.attention import AttentionMetadata, reference
 from sarathi_lab.attention.torch_backend import TorchAttention
-from sarathi_lab.profiling.attention import context_slot_mapping, paged_batch
+from sarathi_lab.measure.profiling.attention import context_slot_mapping, paged_batch
 
 DECODE_PATHS = [False, pytest.param(True, marks=pytest.mark.skipif(not cpu_attention.available(),
                                                                     reason="the CPU kernels did not build here"))]

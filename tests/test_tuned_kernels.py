@@ -127,9 +127,9 @@ def test_a_projection_takes_the_tuned_triton_gemm_and_gate_up_its_fused_activati
 
 
 def test_the_tune_step_writes_a_table_the_engine_reads(tmp_path):
-    from sarathi_lab.gpu.context import Context
-    from sarathi_lab.gpu.plan import BY_NAME
-    from sarathi_lab.gpu.steps import tune
+    from sarathi_lab.measure.gpu.context import Context
+    from sarathi_lab.measure.gpu.plan import BY_NAME
+    from sarathi_lab.measure.gpu.steps import tune
 
     metrics, notes = tune.run(Context(tmp_path, tmp_path, True, "cpu", None), BY_NAME["tune"])
     by_name = {m.metric: m.value for m in metrics}
@@ -153,9 +153,9 @@ def test_the_engine_s_greedy_tokens_are_the_same_through_a_table_s_triton_gemms_
     from sarathi_kernels import gemm as gemm_module
 
     from sarathi_lab import LLM
+    from sarathi_lab.measure.profiling.gemm_sweep import projections
     from sarathi_lab.model.presets import PRESETS
     from sarathi_lab.model.shape import Shape
-    from sarathi_lab.profiling.gemm_sweep import projections
 
     shape = Shape.of(PRESETS["tiny"])
     choice = {p.key: {1: GemmChoice("triton", 16, 64, 32, 2 if p.name == "down_proj" else 1, 4, 2)}
@@ -226,7 +226,7 @@ def test_triton_attention_plans_its_splits_by_the_table_s_rule():
 def test_the_split_rule_fit_keeps_the_default_unless_another_rule_loses_clearly_less():
     from sarathi_kernels.split_rule import DEFAULT_RULE
 
-    from sarathi_lab.profiling.attention_sweep import RULE_GRID, fit_split_rule, rule_label
+    from sarathi_lab.measure.profiling.attention_sweep import RULE_GRID, fit_split_rule, rule_label
 
     def rows(times: dict[int, float], planned: dict[str, int]) -> list[dict]:
         by_rule = json.dumps({rule_label(r): planned.get(rule_label(r), 8) for r in RULE_GRID})
@@ -294,8 +294,8 @@ def test_a_bad_table_is_named_in_one_line_and_the_engine_runs_the_defaults(case,
 
 
 def test_collect_refuses_a_lease_whose_tuned_table_breaks_the_schema_before_writing(tmp_path):
-    from sarathi_lab.gpu import state
-    from sarathi_lab.gpu.collect import collect
+    from sarathi_lab.measure.gpu import state
+    from sarathi_lab.measure.gpu.collect import collect
 
     out, gpu = tmp_path / "out", "NVIDIA H100 80GB HBM3"
     files = {"steps/env/env.json": {"device": gpu},

@@ -136,9 +136,10 @@ def _archive(tmp_path: Path, commit: str = "abc1234", started: float = 179574498
 
 def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
     repo = tmp_path / "repo"
-    first = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
+    first = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
     assert first.returncode == 0, first.stderr
-    second = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "def5678", 1795825800.0)), "--root", str(repo))
+    second = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "def5678", 1795825800.0)),
+                  "--root", str(repo))
     assert second.returncode == 0, second.stderr
     old, new = repo / "docs/gpu/h200/2026-11-27_abc1234", repo / "docs/gpu/h200/2026-11-28_def5678"
     assert {p.relative_to(old).as_posix() for p in old.rglob("*") if p.is_file()} == {
@@ -151,7 +152,7 @@ def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
     assert len(rows) == 2 and "| `abc1234` | eager |" in rows[0] and "| `def5678` | decode CUDA graphs |" in rows[1]
     assert "not done: paper.pd_ratio (incomplete)" in rows[0]
     # The same lease again (a later call's archive of it): its own files, replaced without asking.
-    again = _run("sarathi_lab.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
+    again = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
     assert again.returncode == 0, again.stderr
 
 
@@ -162,11 +163,11 @@ def test_collect_refuses_to_replace_another_lease_s_files_unless_forced(tmp_path
     (lease / "figures" / "overhead.png").write_text("another lease's")
     provenance.record_folder(lease, {provenance.EVERYTHING: Provenance("measured GPU", lease="2026-11-27_0000000")})
     archive = _archive(tmp_path)
-    line = _refused(_run("sarathi_lab.gpu.collect", str(archive), "--root", str(repo)))
+    line = _refused(_run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(repo)))
     assert "docs/gpu/h200/2026-11-27_abc1234/figures/overhead.png (measured GPU, lease 2026-11-27_0000000" in line
     assert "--force" in line and (lease / "figures" / "overhead.png").read_text() == "another lease's"
     assert not (lease / "summary.json").exists()
-    assert _run("sarathi_lab.gpu.collect", str(archive), "--root", str(repo), "--force").returncode == 0
+    assert _run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(repo), "--force").returncode == 0
     assert (lease / "figures" / "overhead.png").read_text() == "png"
 
 
@@ -177,7 +178,7 @@ def test_collect_refuses_an_archive_whose_lease_is_unknown(tmp_path):
     archive = tmp_path / "suite.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(out / "steps/env/env.json", arcname="steps/env/env.json")
-    run = _run("sarathi_lab.gpu.collect", str(archive), "--root", str(tmp_path / "repo"))
+    run = _run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(tmp_path / "repo"))
     assert run.returncode == 2 and run.stderr.strip() == (
         f"error: {archive} is invalid: it has no readable summary.json, so its lease (the date and commit its "
         "steps ran at) is unknown")
@@ -206,7 +207,7 @@ def test_profiles_are_read_from_the_newest_lease_the_one_measured_here_or_a_name
 
 
 def test_the_committed_leases_are_indexed_and_each_profile_lease_is_readable():
-    from sarathi_lab.gpu.collect import leases
+    from sarathi_lab.measure.gpu.collect import leases
 
     found = {(lease["device"], lease["lease"]): lease for lease in leases(ROOT)}
     kept = {("h200", "2026-11-26_6218397"), ("h100", "2026-11-26_27958ff"), ("h200", "2026-11-27_9e2ae41")}
@@ -314,12 +315,12 @@ def _serving_root(root: Path, graphs) -> Path:
 
 
 def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tmp_path):
-    from sarathi_lab.bench import sim_vs_gpu
+    from sarathi_lab.measure.sim_check import sim_vs_gpu
 
     committed = ROOT / "docs/sim/vs_gpu/h200_2026-11-27_9e2ae41"
     runs, out = _serving_root(tmp_path / "runs", None), tmp_path / "sim"
     shutil.copytree(committed, out)
-    line = _refused(_run("sarathi_lab.bench", "sim_vs_gpu", "--runs", str(runs), "--out", str(out),
+    line = _refused(_run("sarathi_lab.measure", "sim_vs_gpu", "--runs", str(runs), "--out", str(out),
                          "--lease", "2026-11-27_9e2ae41"))
     assert "would replace 4 file(s)" in line
     assert "(decode CUDA graphs), NVIDIA H200, lease 2026-11-27_9e2ae41, commit 9e2ae41;" in line
@@ -336,9 +337,9 @@ def test_sim_vs_gpu_refuses_to_replace_the_committed_comparison_of_other_runs(tm
 
 
 @pytest.mark.parametrize("command, existing", [
-    (["sarathi_lab.bench", "sim_fidelity", "--smoke"], "fidelity_errors.csv"),
-    (["sarathi_lab.bench", "sim_validate", "--smoke"], "validation.csv"),
-    (["sarathi_lab.bench", "sim_pipeline", "--smoke"], "pipeline_summary.csv"),
+    (["sarathi_lab.measure", "sim_fidelity", "--smoke"], "fidelity_errors.csv"),
+    (["sarathi_lab.measure", "sim_validate", "--smoke"], "validation.csv"),
+    (["sarathi_lab.measure", "sim_pipeline", "--smoke"], "pipeline_summary.csv"),
 ])
 def test_docs_sim_writers_refuse_a_file_another_run_wrote(tmp_path, command, existing):
     (tmp_path / existing).write_text("another run's\n")  # no provenance.json names it: unknown
@@ -350,7 +351,7 @@ def test_docs_sim_writers_refuse_a_file_another_run_wrote(tmp_path, command, exi
 def test_tile_alignment_refuses_a_table_another_command_wrote(tmp_path):
     out = tmp_path / "tile_alignment.csv"
     out.write_text("x\n")
-    _refused(_run("sarathi_lab.bench.tile_alignment", "--out", str(out)))
+    _refused(_run("sarathi_lab.measure.bench.tile_alignment", "--out", str(out)))
     assert out.read_text() == "x\n"
 
 

@@ -20,8 +20,8 @@ from sarathi_lab.engine import clock
 clock.time = types.SimpleNamespace(perf_counter=time.thread_time, sleep=time.sleep)
 
 from sarathi_lab import LLM
-from sarathi_lab.bench.common import make_workload
 from sarathi_lab.engine.sequence import SamplingParams
+from sarathi_lab.measure.bench.common import make_workload
 from sarathi_lab.model import load_config
 
 label = sys.argv[1] if len(sys.argv) > 1 else "run"

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import attribute_claims
+from sarathi_lab.analysis import library_floor as lib
+from sarathi_lab.analysis.launch_grid import SHAPES
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.model import load_config
+from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.profiling import library_floor as lib
-from sarathi_lab.profiling.floors import floor, memory_ceiling, sequential_floor
-from sarathi_lab.profiling.launch import SHAPES
 
 CSV, MD = "attribution.csv", "attribution.md"
 PARTS = ("overlap_gap_ms", "gemm_efficiency_ms", "attention_kernels_ms", "attention_over_peer_ms",

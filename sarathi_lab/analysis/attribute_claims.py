@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import re
 
-from sarathi_lab.profiling.floors import floor
+from sarathi_lab.model.floors import floor
 
 PREFILL = re.compile(r"chunk (\d+): ([0-9.]+)x prefill")
 LENGTH = re.compile(r"at length (\d+)")
@@ -142,5 +142,5 @@ def markdown(found: list[dict], t, lease) -> str:
     lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims "
                    "on the A6000 and the H100): "
                    "[docs/sim/device_beside.md](../../../sim/device_beside.md), by `python -m "
-                   "sarathi_lab.bench.device_beside`."), ""]
+                   "sarathi_lab.measure.bench.device_beside`."), ""]
     return "\n".join(lines)

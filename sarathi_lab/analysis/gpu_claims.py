@@ -144,7 +144,8 @@ def section(gpu_docs: Path) -> str:
     waiting = [r.name for r in registry.RESULTS if r.gpu is not None and r.name not in judged_here]
     if waiting:
         lines += ["", "Not judged on any GPU yet: " + ", ".join(f"`{n}`" for n in waiting)
-                  + " (their steps wait in the GPU queue: `python -m sarathi_lab.gpu --next`)."]
+                  + " (their steps wait in the GPU queue: "
+                  "`python -m sarathi_lab.measure.gpu --next`)."]
     return "\n".join([*lines, "", END])
 
 

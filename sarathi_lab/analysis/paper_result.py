@@ -8,7 +8,7 @@ from typing import Any
 
 def gpu_minutes(startup_s: float, job_s: float, jobs: int, slower: float = 1.0) -> float:
     """Expected GPU minutes: start-up plus jobs at their measured seconds, times ``slower`` and 1.3
-    (gpu/plan.py's rule)."""
+    (measure/gpu/plan.py's rule)."""
     return round(1.3 * slower * (startup_s + jobs * job_s) / 60, 1)
 
 
@@ -33,7 +33,7 @@ class GpuRun:
     """The result's GPU sweep, ``experiment=gpu/<result>``; ``parts``: its steps where one call
     cannot hold it."""
     minutes: float        # expected, interpreter and model builds included (gpu_minutes)
-    order: int  # its place in the suite (gpu/plan.py orders the profiles by it too)
+    order: int  # its place in the suite (measure/gpu/plan.py orders the profiles by it too)
     parts: tuple[GpuPart, ...] = ()
     unscaled: Unscaled | None = None   # None: ``gpu/<result>`` is already the paper's setting
 

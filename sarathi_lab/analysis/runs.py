@@ -92,7 +92,7 @@ def download_wandb(project: str, root: str | Path, names=None) -> Path:
 
 # The units a metric's name ends with (else a count, flag or setting).
 METRIC_UNITS = ("_s", "_tok_s", "_rps", "_tokens", "_share", "_fraction")
-# A run whose times other work distorted (profiling/load.py).
+# A run whose times other work distorted (host_load.py).
 UNRELIABLE = "env.timing_unreliable"
 
 

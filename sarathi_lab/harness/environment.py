@@ -9,12 +9,20 @@ from typing import TYPE_CHECKING, Any
 from sarathi_lab import code_commit
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness.vllm_args import UNAVAILABLE, vllm_version
-from sarathi_lab.profiling.machine import device_name
+from sarathi_lab.sim.device import cpu_name
 
 if TYPE_CHECKING:
     import torch
 
     from sarathi_lab.sim.device import SimulatedDtype
+
+
+def device_name(device: torch.device | str = "cpu") -> str:
+    """The name a run's and a measurement's records give the device."""
+    import torch
+
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
 def collect_environment(engine: EngineConfig, device: torch.device | str,

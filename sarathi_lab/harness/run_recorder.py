@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sarathi_lab import Metrics
+from sarathi_lab import host_load as load
 from sarathi_lab.harness.engine_tables import engine_tables
 from sarathi_lab.harness.environment import collect_environment
 from sarathi_lab.harness.results import RunResult, write_results
 from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
-from sarathi_lab.profiling import load
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -31,7 +31,7 @@ from sarathi_lab.harness.results import (
 )
 from sarathi_lab.harness.stale_jobs import STALE, expected_job_dirs, move_stale
 from sarathi_lab.harness.sweep_check import _basic, swept_jobs
-from sarathi_lab.profiling.load import UNRELIABLE_WAIT_SHARE
+from sarathi_lab.host_load import UNRELIABLE_WAIT_SHARE
 
 if TYPE_CHECKING:
     import pandas as pd

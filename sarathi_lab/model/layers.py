@@ -129,7 +129,7 @@ class GatedMLP(nn.Module):
 
 
 class TunedLinear(nn.Linear):
-    """A module still, so that forward hooks (profiling/ops.py) see it."""
+    """A module still, so that forward hooks (measure/profiling/ops.py) see it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = tuned_linear(x, self)

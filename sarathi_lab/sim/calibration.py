@@ -1,6 +1,6 @@
 """The roofline's efficiencies fitted to measured GPU kernels;
-``python -m sarathi_lab.sim.calibration_cli`` writes them into the device files (docs/sim/README.md,
-section 8)."""
+``python -m sarathi_lab.measure.sim_check.calibration_cli`` writes them into the device files
+(docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 import dataclasses

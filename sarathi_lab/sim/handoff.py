@@ -1,7 +1,7 @@
 """What a running pipeline's stages spend between two forwards, read off its ``stage_timeline``. An
-idle ping-pong (``profiling/link.py``) is not what a message costs a pipeline that computes while it
-moves: a stage's core runs its communication, sends wait for the previous micro-batch's, and large
-activations move only while read. Each term: medians by tokens."""
+idle ping-pong (``measure/profiling/link.py``) is not what a message costs a pipeline that computes
+while it moves: a stage's core runs its communication, sends wait for the previous micro-batch's,
+and large activations move only while read. Each term: medians by tokens."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,5 @@
 """The link between two processes of one machine as a table of one-way times by message size
-(profiling/link.py measures it), linear between sizes. Not latency + bytes / bandwidth: over
+(measure/profiling/link.py measures it), linear between sizes. Not latency + bytes / bandwidth: over
 loopback TCP a 64 KiB message can take about what a megabyte takes."""
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from sarathi_lab.config import REPO_ROOT
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
 
-# Here, where both profiling/ops.py and the profile cost model read them.
+# Here, where both measure/profiling/ops.py and the profile cost model read them.
 OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
 # Names the GPU lease whose profiles every reader takes (docs/gpu/leases.md), instead of the newest.
 LEASE_ENV = "SARATHI_PROFILE_LEASE"

@@ -5,11 +5,10 @@ import textwrap
 
 import pandas as pd
 
-from sarathi_lab.analysis import derive, paper
+from sarathi_lab.analysis import derive, paper, quantities
 from sarathi_lab.analysis.claims import claim_row, verdict
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, gpu_minutes
 from sarathi_lab.executors import recorded_as
-from sarathi_lab.profiling import quantities
 
 _CHUNK_ALIGN_TITLES = {"none": "fixed chunk (chunk + B - 1 overflows a 128-token tile)",
                        "tile": ("tile-aligned chunk: chunk + B - 1 fills "

@@ -39,7 +39,7 @@ def claims(results) -> list[dict]:
 
 def figure(results, simulated=None):
     from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
-    from sarathi_lab.profiling.ops import OPS
+    from sarathi_lab.sim.profiles import OPS
 
     ops = results.table("per_token_cost", "ops")
     longest = ops[ops.seq_len == ops.seq_len.max()]

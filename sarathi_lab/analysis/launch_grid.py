@@ -1,0 +1,36 @@
+"""The iterations the GPU suite's launch step times, and the names its records give them: the
+attribution reads a lease's launch records by the same grid."""
+from __future__ import annotations
+
+from sarathi_lab.engine.tiles import aligned_chunk
+
+# (chunk tokens, decodes): 18 requests is the paper's batch; the tile-aligned scheduler's chunks
+# beside 17 decodes where they differ; each chunk its prompt's last, so that it samples.
+CHUNKS = (64, 128, 256, 512)
+DECODES = 17
+
+
+def _aligned(chunk: int) -> int | None:
+    try:
+        return aligned_chunk(chunk, DECODES)
+    except ValueError:  # the decodes alone fill the chunk's tiles: the scheduler keeps the chunk
+        return None
+
+
+ALIGNED = tuple(a for a in dict.fromkeys(map(_aligned, CHUNKS)) if a is not None
+                and a not in CHUNKS)
+CASES = (((0, 1), (0, DECODES + 1))
+         + tuple((chunk, decodes) for chunk in CHUNKS for decodes in (0, DECODES))
+         + tuple((chunk, DECODES) for chunk in ALIGNED))
+# The dry run's: the same iterations on the tiny model, at the shortest context holding the largest
+# chunk.
+SHAPES = {"cuda": ("llama-13b", "bfloat16", 1024, 20, CASES),
+          "cpu": ("tiny", "float32", max(CHUNKS), 1, CASES)}
+# The chunking claims' 3K, beside SHAPES' own.
+MORE_CONTEXTS = {"cuda": (3072,), "cpu": (2 * max(CHUNKS),)}
+
+
+def label(chunk: int, decodes: int, context: int | None = None) -> str:
+    """``b=18``, or ``c=256+b=17`` with a chunk; ``,ctx=3072`` at a context other than SHAPES'."""
+    name = f"c={chunk}+b={decodes}" if chunk else f"b={decodes}"
+    return name if context is None else f"{name},ctx={context}"

@@ -1,0 +1,71 @@
+"""The measurements besides serving that a run can be (``task=NAME``): the measurement wing
+registers each; the harness finds them here and imports nothing of the wing. A task's module holds
+``run(cfg, llm)`` -> ``(summary, tables)``; optional ``TAKES_CONTEXT``, ``kv_requests(cfg, plan)``
+(so the preflight refuses a cache too small) and ``check(cfg, context)``."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from sarathi_lab.engine.block_manager import blocks_for
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Measurement = Callable[..., "tuple[dict[str, float], dict[str, pd.DataFrame]]"]
+# name -> the task's module, imported only when the task is used (a task may load torch).
+_REGISTERED: dict[str, Callable[[], ModuleType]] = {}
+
+
+def register(name: str, load: Callable[[], ModuleType]) -> None:
+    _REGISTERED[name] = load
+
+
+def task_names() -> tuple[str, ...]:
+    """The `task` values besides serve."""
+    return tuple(sorted(_REGISTERED))
+
+
+def _module(task: str) -> ModuleType:
+    if task not in _REGISTERED:
+        raise ValueError(f"task={task!r} is not a measurement; allowed: {', '.join(task_names())}")
+    return _REGISTERED[task]()
+
+
+def measurement(task: str) -> Measurement:
+    return _module(task).run
+
+
+def takes_context(task: str) -> bool:
+    return getattr(_module(task), "TAKES_CONTEXT", False)
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """``record_run(run_dir, name, summary, metrics, config, partial=False)`` records a serving
+    run of the task's own; ``save_partial(summary, tables)`` its records so far."""
+    run_dir: Path
+    workload: Any
+    record_run: Callable[..., None]
+    save_partial: Callable[..., None]
+    resolved_config: dict[str, Any]
+
+
+def kv_requests(task: str, cfg, plan) -> list[int]:
+    """The requests ``task`` holds in the KV cache at once; none beyond one without the hook."""
+    module = _module(task)
+    return module.kv_requests(cfg, plan) if hasattr(module, "kv_requests") else []
+
+
+def check_task(task: str, cfg, context: int) -> None:
+    """Refuses, before any measuring, what ``task`` cannot do on a model of ``context`` tokens."""
+    module = _module(task)
+    if hasattr(module, "check"):
+        module.check(cfg, context)
+
+
+def kv_blocks(lengths: list[int], block_size: int) -> int:
+    return sum(blocks_for(n, block_size) for n in lengths)

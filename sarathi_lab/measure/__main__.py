@@ -1,0 +1,66 @@
+"""``python -m sarathi_lab.measure``: every measurement the wing registers, a line each;
+``python -m sarathi_lab.measure NAME [args]`` runs a benchmark or a simulator check by its name
+(``all`` the benchmarks CI runs). The GPU suite runs as ``python -m sarathi_lab.measure.gpu``, a
+task as ``python -m sarathi_lab.run task=NAME``."""
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+
+from sarathi_lab.harness.tasks import task_names
+from sarathi_lab.measure import tasks
+from sarathi_lab.measure.bench.__main__ import ALL, BENCHMARKS
+from sarathi_lab.measure.bench.__main__ import main as run_benchmark
+from sarathi_lab.measure.gpu.plan import STEPS
+from sarathi_lab.measure.sim_check import CHECKS
+
+WIDTH = 100
+
+
+def _line(name: str, what: str) -> str:
+    name = f"  {name:18s} "
+    return name + textwrap.shorten(what, max(WIDTH - len(name), 20), placeholder=" ...")
+
+
+def _task_line(name: str) -> str:
+    """From the task module's docstring, read without importing it (a task may load torch)."""
+    source = (Path(tasks.__file__).parent / f"{name}.py").read_text()
+    doc = ast.get_docstring(ast.parse(source)) or ""
+    return _line(name, " ".join(doc.split()))
+
+
+def listing() -> str:
+    return "\n".join([
+        __doc__, "", "benchmarks (python -m sarathi_lab.measure NAME):",
+        *(_line(n, what) for n, what in BENCHMARKS.items()),
+        _line("all", f"{', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"),
+        "", "simulator checks (python -m sarathi_lab.measure NAME):",
+        *(_line(n, what) for n, what in CHECKS.items()),
+        "", "GPU suite steps (python -m sarathi_lab.measure.gpu --steps NAME):",
+        *(_line(s.name, s.what) for s in STEPS),
+        "", "tasks (python -m sarathi_lab.run task=NAME):",
+        *(_task_line(n) for n in task_names())])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(listing())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name in (*BENCHMARKS, "all"):
+        return run_benchmark(argv)
+    if name not in CHECKS:
+        print(f"error: measurement {name!r} is invalid: allowed are "
+              f"{', '.join([*BENCHMARKS, 'all', *CHECKS])} "
+              "(python -m sarathi_lab.measure lists them)", file=sys.stderr)
+        return 2
+    importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

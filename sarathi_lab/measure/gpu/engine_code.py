@@ -1,0 +1,97 @@
+"""A step's engine code: a hash of the source files its numbers depend on, the same from a working
+tree (no .git on a GPU machine) as from a commit."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+from sarathi_lab.config import REPO_ROOT
+
+# Source only: build products and caches are no change of the code, and absent from a commit.
+SOURCE_SUFFIXES = (".py", ".yaml", ".cu", ".cuh", ".cpp", ".h", ".c")
+ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model",
+          "sarathi_lab/attention", "sarathi_lab/llm.py", "sarathi_lab/config.py")
+# A run of the harness, and the tasks it measures with.
+RUNS = ("sarathi_lab/harness", "sarathi_lab/conf", "sarathi_lab/host_load.py",
+        "sarathi_lab/measure/tasks", "sarathi_lab/measure/profiling",
+        "sarathi_lab/analysis/quantities.py")
+# Each step group's own inputs beside its module (sarathi_lab/measure/gpu/steps/<group>.py).
+GROUP_PATHS: dict[str, tuple[str, ...]] = {
+    "env": ("sarathi_lab/measure/profiling/ceilings.py",),
+    "kernels": ("kernels", "sarathi_lab/measure/profiling/kernel_check.py",
+                "sarathi_lab/measure/profiling/kernel_record.py"),
+    "attention": ("kernels/sarathi_kernels", "sarathi_lab/attention",
+                  "sarathi_lab/measure/profiling", "sarathi_lab/model/shape.py",
+                  "sarathi_lab/model/floors.py"),
+    "hybrid": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/measure/profiling",
+               "sarathi_lab/model/shape.py", "sarathi_lab/model/floors.py"),
+    "tune": ("kernels/sarathi_kernels", "sarathi_lab/measure/profiling"),
+    "engine": ENGINE,
+    "overhead": (*ENGINE, "sarathi_lab/measure/profiling"),
+    "launch": (*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/analysis/launch_grid.py",
+               "sarathi_lab/measure/gpu/steps/launch_overlap.py"),
+    "profile": (*ENGINE, *RUNS),
+    "paper": (*ENGINE, *RUNS),
+}
+
+
+def paths_of(name: str) -> tuple[str, ...]:
+    """Files and folders step ``name`` depends on; a group not listed depends on the engine (more
+    often due than too seldom)."""
+    group = name.split(".")[0]
+    own = [f"sarathi_lab/measure/gpu/steps/{group}.py"]
+    # the result's GpuRun; its overlays are in sarathi_lab/conf
+    if group == "paper":
+        result = name.split(".")[1]
+        own += [f"sarathi_lab/analysis/paper_results/{result}.py"]
+    return tuple(sorted({*GROUP_PATHS.get(group, ENGINE), *own}))
+
+
+def _wanted(path: str) -> bool:
+    return path.endswith(SOURCE_SUFFIXES) and "__pycache__" not in path
+
+
+def _digest(entries: list[tuple[str, str]]) -> str:
+    """One hash of (path, git blob id) pairs, so a tree and a commit with the same files agree."""
+    text = "".join(f"{p}\0{b}\n" for p, b in sorted(entries))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def tree_hash(paths: tuple[str, ...], root: Path = REPO_ROOT) -> str:
+    entries = []
+    for rel in paths:
+        base = root / rel
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*")
+                                                     if p.is_file()) if base.is_dir() else []
+        entries += [(p.relative_to(root).as_posix(), _blob_id(p.read_bytes())) for p in files
+                    if _wanted(p.relative_to(root).as_posix())]
+    return _digest(entries)
+
+
+def commit_hash(paths: tuple[str, ...], commit: str, root: Path = REPO_ROOT) -> str | None:
+    """None where git does not know ``commit``."""
+    if not commit or commit == "?":
+        return None
+    try:
+        listed = subprocess.run(["git", "-C", str(root), "ls-tree", "-r", commit, "--", *paths],
+                                check=False, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    entries = []
+    for line in listed.stdout.splitlines():
+        meta, path = line.split("\t", 1)
+        kind, blob = meta.split()[1:3]
+        if kind == "blob" and _wanted(path):
+            entries.append((path, blob))
+    return _digest(entries)
+
+
+def step_hash(name: str, root: Path = REPO_ROOT) -> str:
+    return tree_hash(paths_of(name), root)

@@ -1,0 +1,185 @@
+"""The suite's steps in order with expected minutes (1.3x the longest measured, docs/gpu/); targets
+first, so a lease cut short still answers them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sarathi_lab.analysis import registry
+from sarathi_lab.analysis.paper_result import GpuPart
+from sarathi_lab.harness import scales
+from sarathi_lab.measure.profiling.attention_grid import GRIDS
+from sarathi_lab.measure.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # <group>[.<arg>]: sarathi_lab.measure.gpu.steps.<group>.run(ctx, step) does the work
+    minutes: float  # interpreter and model builds included
+    what: str  # --plan's line: what runs, at which shapes
+    arg: str = ""
+    overrides: tuple[str, ...] = ()  # paper sweeps: experiment=<scale>/<arg>[/<part>] overrides
+
+    @property
+    def group(self) -> str:
+        return self.name.split(".")[0]
+
+
+# task=profile's longest context per model: as far as batch 18 fits an 80 GB card beside the
+# weights.
+PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
+
+
+# Each profile's place among the paper results (GpuRun.order) and minutes: 13B right after the
+# targets, the others last.
+PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
+# Headline first; kernel correctness last (its own call).
+HEAD: tuple[Step, ...] = (
+    Step("env", 0.3,
+         "device, driver, versions; copy bandwidth (1 GiB device copy), read bandwidth (a sum over "
+         "1 GiB) and bf16 matmul rate (8192^3 torch.mm), fastest of 20 "
+         "(measure/profiling/ceilings.py)"),
+    Step("launch", 1.9,
+         "LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
+         "prompt's last) alone and beside 17 decodes, and the tile-aligned chunks beside 17 (111, "
+         "239, 495): eager and as the engine runs it (its CUDA graphs), each over its physical "
+         "floor (engine_over_floor targets 1.25x from 256 tokens, 1.5x below) and its sequential "
+         "floor (engine_over_sequential_floor <= 1.15x from 256 tokens); graph memory, capture "
+         "time; then c=256/512/239/495 + 17 again with their attention co-scheduled (,pod: eager "
+         "and from graphs of that launch, recaptured); c=512/495 + 17 whole and as two "
+         "nano-batches on two streams (,whole / ,overlap: graphs of the batch; timeline.csv per "
+         "stream); per iteration kind at 1024, its kernels under torch.profiler grouped "
+         "(kernels.csv, measure/profiling/kernel_breakdown.py) (estimate: 34 batches x 42 forwards "
+         "of <= "
+         "60 ms, two captures and 8 of a batch, 21 profiles)"),
+    Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
+         "the engine's paged attention vs SDPA's flash and cuDNN (capability 9.0+) kernels and "
+         "compiled FlexAttention on the same q/k/v, interleaved, and vs its floor: LLaMA-13B "
+         "(40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills 512-4096, chunks 64-512 at "
+         "prefix 0/1K/3K, decode batches 1/18/64 at 512-4K (measure/profiling/attention_peers.py; "
+         f"estimate: {GRIDS['cuda'].flex_compiles} FlexAttention compiles)"),
+    Step("hybrid", round(HYBRID_GRIDS["cuda"].estimate_s() / 60, 1),
+         "hybrid batches (a chunk of 256/512 beside 16/32 decodes at 1K/3K; LLaMA-13B and "
+         "Mistral-7B heads, bf16): prefill and decode attention co-scheduled on each SM in one "
+         "launch vs the engine's sequential kernels (one launch; chunk then decodes), "
+         "SDPA/FlexAttention and the floors "
+         "(measure/profiling/hybrid_attention.py; target 0.8x the sequential)"),
+    Step("tune", 1.6,
+         "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and "
+         "a 2K prefill; decode: b=18 at 1K, b=64 at 4K; 40/40 and 32/8 heads), split counts around "
+         "the planner's; LLaMA-13B and Mistral-7B qkv/o_proj/gate_up/down at 128-1024 tokens, "
+         "cuBLAS vs Triton split-K; writes the device's tuned table "
+         "(measure/profiling/attention_sweep.py, "
+         "gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)"),
+    Step("engine", 0.9, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
+         "schedulers x attention triton and torch; bf16 first tokens"),
+    Step("overhead", 0.2, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
+         "each decode-only and hybrid iteration's time outside "
+         "the forward pass (target < 5%), and its stalls"),
+    Step("kernels", 3.0,
+         "measure/profiling/kernel_check.py: Triton paged attention vs the torch backend in "
+         "fp32/fp16/bf16 "
+         "(kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
+)
+
+
+def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
+    overrides, common = scales.overrides(name, scale, part.name), scales.shared("gpu")
+    # What the step sets beside scale/gpu.yaml's shared keys.
+    own = overrides[len(common):] if overrides[:len(common)] == common else overrides
+    what = f"experiment={scale}/{name}" + (f"/{part.name}" if part.name
+                                           else "") + ": " + " ".join(own)
+    return Step(".".join(filter(None, ("paper", name, part.name))), part.minutes, what, name,
+                overrides)
+
+
+def build_steps(unscaled: bool = False) -> tuple[Step, ...]:
+    """HEAD, then the registered sweeps and profiles in order; ``unscaled``: at the paper's setting
+    where a GpuRun has one."""
+    scale = "own" if unscaled else "gpu"
+    runs = [(r, (r.gpu.unscaled or r.gpu) if unscaled else r.gpu) for r in registry.RESULTS
+            if r.gpu is not None]
+    papers = [(r.gpu.order, _paper_step(r.name, scale, part)) for r, run in runs
+              for part in (run.parts or (GpuPart("", run.minutes),))]
+    profiles = [(order, Step(f"profile.{model}", minutes,
+                             f"task=profile for {model}, bf16, chunk<=512, batch<=18, "
+                             f"context<={PROFILE_SEQ_LEN[model]}, token step 16 (tile pairs at "
+                             f"every 128) -> profiles/<device>/{model}.csv", model))
+                for model, (order, minutes) in PROFILES.items()]
+    ordered = sorted(papers + profiles, key=lambda pair: pair[0])
+    return HEAD + tuple(step for _, step in ordered)
+
+
+STEPS: tuple[Step, ...] = build_steps()
+BY_NAME = {s.name: s for s in STEPS}
+GROUPS = tuple(dict.fromkeys(s.group for s in STEPS))
+# What `--own` runs: each paper sweep at the paper's setting.
+UNSCALED_STEPS: tuple[Step, ...] = build_steps(unscaled=True)
+
+
+def steps_of(unscaled: bool) -> tuple[Step, ...]:
+    return UNSCALED_STEPS if unscaled else STEPS
+
+
+def by_name(unscaled: bool) -> dict[str, Step]:
+    return {s.name: s for s in steps_of(unscaled)}
+
+
+def named(spec: str | None) -> set[str]:
+    return {w.strip() for w in (spec or "").split(",") if w.strip()}
+
+
+def _result_of(step: Step) -> str:
+    """``paper.<name>`` of a result split into parts."""
+    return f"{step.group}.{step.arg}" if step.group == "paper" else step.name
+
+
+def select(spec: str | None, unscaled: bool = False) -> list[Step]:
+    """Steps named by ``spec`` (names, groups, ``paper.<name>``) in suite order."""
+    steps = steps_of(unscaled)
+    if not spec:
+        return list(steps)
+    wanted = named(spec)
+    known = {*(s.name for s in steps), *GROUPS, *map(_result_of, steps)}
+    unknown = sorted(w for w in wanted if w not in known)
+    if unknown:
+        raise ValueError(f"--steps={spec!r} is invalid: {unknown[0]!r} is no step; allowed: "
+                         f"{', '.join(GROUPS)} or one of {', '.join(s.name for s in steps)}")
+    return [s for s in steps if s.name in wanted or s.group in wanted or _result_of(s) in wanted]
+
+
+def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
+    """Each call starts every step, in order, that still fits; a step longer than the budget is in
+    none."""
+    calls, left = [], [s for s in steps if s.minutes <= budget_min]
+    while left:
+        call, room = [], budget_min
+        for step in list(left):
+            if step.minutes <= room:
+                call.append(step)
+                room -= step.minutes
+                left.remove(step)
+        calls.append(call)
+    return calls
+
+
+def format_plan(steps: list[Step], budget_min: float | None) -> str:
+    w = max([28, *(len(s.name) + 1 for s in steps)])
+    lines = [f"{'step':{w}} {'min':>5}  what"]
+    lines += [f"{s.name:{w}} {s.minutes:5.1f}  {s.what}" for s in steps]
+    total = sum(s.minutes for s in steps)
+    lines.append(f"{'total':{w}} {total:5.1f}  expected (1.3 x the longer of the H200's and "
+                 "H100's; else estimates)")
+    lines.append(f"(paper steps beside scale/gpu.yaml's {' '.join(scales.shared('gpu'))})")
+    if budget_min is None:
+        lines.append(f"\none run of about {total / 60:.1f} hours, no call budget (the paper's "
+                     "settings: each result's arithmetic from "
+                     "the lease's measured jobs, in its module)")
+        return "\n".join(lines)
+    lines.append(f"\ncalls of {budget_min:g} min (--budget-min; what is still due: --next):")
+    for i, call in enumerate(pack(steps, budget_min), 1):
+        lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  "
+                     f"{', '.join(s.name for s in call)}")
+    if too_long := [s for s in steps if s.minutes > budget_min]:
+        lines.append(f"  not started at --budget-min={budget_min:g}: "
+                     + ", ".join(f"{s.name} ({s.minutes:g} min)" for s in too_long))
+    return "\n".join(lines)

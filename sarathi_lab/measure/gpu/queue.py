@@ -1,0 +1,283 @@
+"""The GPU queue (``--next``): what is still due at the checkout's engine code, as calls, most
+valuable first, resuming from kept runs and an unfinished suite."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+
+from sarathi_lab.analysis import gpu_records
+from sarathi_lab.analysis.gpu_records import SUMMARY, StepResult
+from sarathi_lab.measure.gpu import archive_members, engine_code, state
+from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, Step
+from sarathi_lab.measure.gpu.steps.paper import job_overrides
+
+# Measured minutes times this: a step runs longer on a cold or busier machine.
+MARGIN = 1.3
+# Never-measured steps that may run long are stopped at this many times their planned minutes.
+CAPS = {"attention": 1.5}
+
+
+@dataclass(frozen=True)
+class Call:
+    steps: tuple[str, ...]  # step names, or a prefix naming several (paper.scheduler_latency.seed0)
+    shows: str  # the metrics and their targets
+    predictions: str  # where its predictions were committed
+
+
+QUEUE: tuple[Call, ...] = (
+    Call(("env", "launch", "attention", "hybrid", "tune", "engine", "overhead"),
+         "launch: engine_over_floor[c=..+b=..] and engine_over_sequential_floor[...] for every "
+         "iteration kind, tile-aligned chunks included, at contexts 1K and 3K (targets: <= 1.15x "
+         "the sequential floor from 256 tokens, <= 1.25x the physical floor at c=256-512 + 17 "
+         "decodes once co-scheduled, <= 1.5x at 64-128), and where each iteration's time goes; "
+         "attention: attention_over_best_peer <= 1.2 at every prefill and chunk, "
+         "attention_over_floor <= 2 for chunks over 1K+ prefixes, <= 1.2 for decodes; hybrid: "
+         "hybrid_attention_over_sequential <= 0.8 at c=256-512 with 16-32 decodes at 1-3K; tune: "
+         "the per-device table; engine: greedy tokens equal transformers'; overhead_fraction < 5%",
+         "docs/sim/predictions_chunked_prefill.md"),
+    # decode_speedup first: a cut sweep resumes with its finished jobs kept.
+    Call(("paper.decode_speedup", "paper.orca_compare"),
+         "Fig. 8: decode throughput gain 2.8-10x; Fig. 11a: SARATHI over Orca's best case (paper "
+         "1.27x vs 1.11x); fixed and tile-aligned chunks, three seeds, min-max spread",
+         "docs/sim/predictions_h100_calibrated.md"),
+    Call(("paper.pd_ratio",),
+         "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= "
+         "10%; fixed and tile-aligned chunks, three seeds",
+         "docs/sim/predictions_h100_calibrated.md"),
+    Call(("paper.capacity.strict", "paper.scheduler_latency.seed0"),
+         "Sarathi-Serve: capacity under the strict P99 TBT SLO (sarathi_serve / vllm, predicted "
+         "2.83x); P99 TBT and median TTFT per scheduler, seed 0 (within 15% of the prediction)",
+         "docs/sim/predictions_<device>_1b71ba5.csv"),
+    Call(("profile.llama-13b", "profile.mistral-7b"),
+         "the simulator's tables of the graph-replayed engine, and the calibration fitted from "
+         "them (python -m sarathi_lab.measure.sim_check.calibration_cli): per-iteration median "
+         "error <= 10% per iteration kind (measure sim_vs_gpu)",
+         "measure sim_vs_gpu (the profile's own predictions)"),
+    Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1",
+          "paper.scheduler_latency.seed2"),
+         "capacity under the relaxed SLO; P99 TBT over three seeds (its spread)",
+         "docs/sim/predictions_<device>_1b71ba5.csv"),
+)
+REST = Call((), "every other step of the suite, in suite order",
+            "the claims (analysis.claims) of the run before")
+
+
+def matches(pattern: str, step: Step) -> bool:
+    return step.name == pattern or step.name.startswith((pattern + ".", pattern + "-"))
+
+
+def ordered(steps: tuple[Step, ...] = STEPS,
+            queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
+    """Each call with the steps it names (a name the suite lacks is skipped); then REST with the
+    others."""
+    placed, calls = set(), []
+    for call in queue:
+        chosen = [s for pattern in call.steps for s in steps if matches(pattern, s)
+                  and s.name not in placed]
+        placed.update(s.name for s in chosen)
+        calls.append((call, chosen))
+    return [*calls, (REST, [s for s in steps if s.name not in placed])]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One earlier result of a step: where it ran, how long it took, at which engine code."""
+    step: str
+    status: str
+    seconds: float
+    started_at: float
+    commit: str
+    code: str  # its engine_code hash, recorded or from its commit; "" where unknown
+    device: str          # h100, h200 (a kept run's folder), or where an out directory says it ran
+    run: str             # the kept run's folder name, or the out directory / archive read
+    jobs_done: int = 0  # a stopped paper sweep's finished jobs
+    jobs_total: int = 0  # and all its jobs (0: not a stopped sweep)
+
+
+def _records(results: list[StepResult], device: str, run: str) -> list[Record]:
+    """A summary's step results; a dry run measured nothing and is skipped."""
+    return [Record(r.step, r.status, r.seconds, r.started_at, r.commit, r.code, device, run)
+            for r in results if r.device != "cpu"]
+
+
+def kept_runs(root: Path) -> list[Record]:
+    """Every run kept under ``root``; a damaged one is skipped with a warning."""
+    return [r for kept in gpu_records.kept_leases(root)
+            for r in _records(kept.summary.steps, kept.folder.parent.name, kept.folder.name)]
+
+
+# A paper sweep's finished job (steps/paper.py's sweep_dir).
+FINISHED_JOB = re.compile(r"paper/([^/]+)/multiruns/gpu/[^/]+/metrics\.json")
+
+
+def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
+    """Each stopped paper sweep's record with its finished jobs among ``files`` and its jobs in all.
+    """
+    done = Counter(m[1] for f in files if (m := FINISHED_JOB.fullmatch(f)))
+    out = []
+    for r in records:
+        step = BY_NAME.get(r.step)
+        if (r.status == "incomplete" and step is not None and step.group == "paper"
+                and done[step.arg]):
+            r = replace(r, jobs_done=done[step.arg], jobs_total=len(job_overrides(step)))
+        out.append(r)
+    return out
+
+
+def suite_in_progress(source: Path) -> list[Record]:
+    """An unfinished suite's results from its out directory or archive; a damaged one warns and
+    gives none."""
+    if source.is_dir():
+        files = [str(p.relative_to(source))
+                 for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
+        return with_jobs(_records(state.results(source, [s.name for s in STEPS]), "this suite",
+                                  source.name), files)
+    if not source.is_file():
+        return []
+    label = f"--restore={source}"
+    try:
+        with archive_members.open_archive(source, label) as (tar, members):
+            if SUMMARY not in members or members[SUMMARY].isdir():
+                return []
+            data, files = archive_members.read_member(tar, members[SUMMARY], label), list(members)
+        where = f"{label}'s {SUMMARY}"
+        summary = gpu_records.summary(gpu_records.parse_json(data, where), where)
+    except ValueError as e:  # ArchiveRefused, RecordError
+        gpu_records.warn(f"{e}; its steps are taken as not run")
+        return []
+    return with_jobs(_records(summary.steps, "this suite", source.name), files)
+
+
+def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],
+                    now: str) -> tuple[float, str] | None:
+    """A stopped sweep's next call at its last pace (jobs left, or all where it starts over); None
+    where uncounted."""
+    counted = [r for r in records if r.jobs_total > r.jobs_done > 0]
+    if not counted:
+        return None
+    r = max(counted, key=lambda r: r.started_at)
+    resumes = at_code(r) == now
+    jobs = r.jobs_total - r.jobs_done if resumes else r.jobs_total
+    # Its seconds are the last call's, its jobs every call's: a sweep resumed twice reads fast.
+    minutes = round(MARGIN * r.seconds / r.jobs_done * jobs / 60, 1) or 0.1
+    what = (f"resumes, {jobs} of {r.jobs_total} jobs left" if resumes
+            else f"starts over at this code, {jobs} jobs")
+    return minutes, f"measured {r.device} {r.run}: {what}"
+
+
+@dataclass(frozen=True)
+class Planned:
+    step: Step
+    minutes: float
+    source: str          # "planned", or the run whose measured minutes these are
+    cap_min: float | None
+    due: bool
+    done_at: str         # the run that measured it at the current code ("" where due)
+
+
+def plan_steps(records: list[Record], current: Callable[[str], str] = engine_code.step_hash,
+               at_commit: Callable[[str, str], str | None] | None = None) -> dict[str, Planned]:
+    """Each step's minutes, and whether it is due at ``current(step)``'s code. ``at_commit``: a
+    record's code from its commit."""
+    # git is asked once per step and commit.
+    at_commit = cache(at_commit or (
+        lambda name, commit: engine_code.commit_hash(engine_code.paths_of(name), commit)))
+    planned = {}
+    for step in STEPS:
+        mine = [r for r in records if r.step == step.name]
+        now = current(step.name)
+        def at_code(r: Record) -> str:
+            return r.code or at_commit(r.step, r.commit)
+
+        done = [r for r in mine if r.status == "done" and at_code(r) == now]
+        timed = [r for r in mine if r.status in ("done", "incomplete") and r.seconds > 0]
+        # each device's last
+        newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}
+        minutes, source = step.minutes, "planned"
+        if stopped := stopped_minutes(timed, at_code, now):
+            # below the plan too, where the finished jobs are not run again
+            minutes, source = stopped
+        elif newest:
+            longest = max(newest.values(), key=lambda r: r.seconds)
+            measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
+            stopped = " (stopped before it ended)" if longest.status != "done" else ""
+            where = f"{longest.device} {longest.run}{stopped}"
+            # Never below the plan: an older engine's step may run more now (seeds, shapes added)
+            # and a stopped one took longer than it ran.
+            if measured >= step.minutes:
+                minutes, source = measured, f"measured {where}"
+            else:
+                source = f"planned ({measured:g} measured at {where})"
+        cap = CAPS.get(step.name)
+        planned[step.name] = Planned(step, minutes, source, cap and round(cap * minutes, 1),
+                                     not done, done[-1].device + " " + done[-1].run if done else "")
+    return planned
+
+
+def pack(groups: list[list[Planned]],
+         budget_min: float) -> tuple[list[list[Planned]], list[Planned]]:
+    """Calls for each group in order, each taking steps while they fit, never skipping ahead; also
+    the steps longer than a whole budget."""
+    calls, too_long = [], []
+    for group in groups:
+        call, room = [], budget_min
+        for p in group:
+            if p.minutes > budget_min:
+                too_long.append(p)
+                continue
+            if p.minutes > room:
+                calls.append(call)
+                call, room = [], budget_min
+            call.append(p)
+            room -= p.minutes
+        if call:
+            calls.append(call)
+    return calls, too_long
+
+
+def due_in_order(planned: dict[str, Planned]) -> list[tuple[Call, list[Planned]]]:
+    return [(call, [planned[s.name] for s in steps if planned[s.name].due])
+            for call, steps in ordered()]
+
+
+def head(planned: dict[str, Planned], budget_min: float) -> list[str]:
+    calls, _ = pack([ps for _, ps in due_in_order(planned)], budget_min)
+    return [p.step.name for p in calls[0]] if calls else []
+
+
+def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) -> str:
+    """The queue as ``--next`` prints it: what is done at this code, then each call."""
+    groups = due_in_order(planned)
+    call_of = {p.step.name: call for call, ps in groups for p in ps}
+    calls, too_long = pack([ps for _, ps in groups], budget_min)
+    done = [p for p in planned.values() if not p.due]
+    due = sum(len(ps) for _, ps in groups)
+    lines = [f"GPU queue at {commit}: {due} steps due, {len(done)} done at this engine code; "
+             + f"calls of {budget_min:g} min"]
+    if done:
+        lines.append("done at this engine (not repeated): "
+                     + ", ".join(f"{p.step.name} ({p.done_at})" for p in done))
+    for i, call in enumerate(calls, 1):
+        lines.append(f"\ncall {i}: {sum(p.minutes for p in call):.1f} min")
+        for p in call:
+            cap = f", stopped at {p.cap_min:g} min" if p.cap_min else ""
+            lines.append(f"  {p.step.name:36} {p.minutes:5.1f}  {p.source}{cap}")
+        shown = call_of[call[0].step.name]
+        lines += [f"  shows: {shown.shows}", f"  predictions first: {shown.predictions}"]
+        lines.append("  runs: python -m sarathi_lab.measure.gpu --steps "
+                     f"{','.join(p.step.name for p in call)} --budget-min {budget_min:g} --restore "
+                     "<the last call's suite.tar.gz>")
+    if too_long:
+        lines.append(f"\nlonger than a {budget_min:g}-min call (a longer budget runs them): "
+                     + ", ".join(f"{p.step.name} ({p.minutes:g} min)" for p in too_long))
+    if not calls and not too_long:
+        lines.append("\nnothing due: every step is done at this engine code")
+    lines.append("\nafter each call: python -m sarathi_lab.measure.gpu.collect <its suite.tar.gz>, "
+                 "then each result against its prediction "
+                 "(python -m sarathi_lab.measure.sim_check.sim_vs_gpu; the "
+                 "run's claims.csv), then --next again")
+    return "\n".join(lines)

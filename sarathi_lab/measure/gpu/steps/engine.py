@@ -1,0 +1,71 @@
+"""The engine against transformers: greedy tokens equal in float32 for Llama, Mistral and Qwen2
+under every scheduler and backend, first tokens in bfloat16."""
+from __future__ import annotations
+
+import torch
+
+from sarathi_lab import LLM
+from sarathi_lab.engine.scheduler import scheduler_names
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.state import Metric
+
+ARCHITECTURES = ("llama", "mistral", "qwen2")
+PROMPT_LENS = (37, 5, 16, 61, 1)
+NEW_TOKENS = 9
+CHUNK = 16       # divides the block size and splits the longer prompts
+
+
+def first_difference(got: list[list[int]], want: list[list[int]]) -> str:
+    for i, (g, w) in enumerate(zip(got, want)):
+        j = next((k for k, (a, b) in enumerate(zip(g, w)) if a != b), None)
+        if j is not None:
+            return f"prompt {i} token {j}: {g[j]} vs {w[j]}"
+    return ""
+
+
+def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    from tests.hf_models import hf_greedy, save_random_model
+
+    backends = ("triton", "torch") if ctx.device == "cuda" else ("torch",)
+    # The dry run checks this step's code, not the engine: one architecture, no Triton (its
+    # interpreter takes minutes).
+    architectures = ARCHITECTURES[:1] if ctx.dry_run else ARCHITECTURES
+    metrics, notes = [], []
+    if ctx.dry_run:
+        notes.append(f"dry run: {architectures[0]} only, attention=torch only")
+    for arch in architectures:
+        directory = ctx.dir / arch
+        model = save_random_model(arch, directory).to(ctx.device)
+        gen = torch.Generator().manual_seed(1)
+        prompts = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist()
+                   for n in PROMPT_LENS]
+        want = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
+        for backend in backends:
+            for scheduler in scheduler_names():
+                llm = LLM(model=str(directory), scheduler=scheduler, chunk_size=CHUNK,
+                          max_batch_size=3,
+                          device=ctx.device, dtype="float32", attention=backend, warmup_iters=0)
+                got = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
+                metrics.append(Metric(f"greedy_equal_fp32[{arch},{backend},{scheduler}]",
+                                      got == want))
+                if got != want:
+                    notes.append(f"{arch} {backend} {scheduler}: {first_difference(got, want)}")
+        model = model.to(torch.bfloat16)
+        want16 = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
+        for backend in backends:
+            llm = LLM(model=str(directory), scheduler="sarathi", chunk_size=CHUNK, max_batch_size=3,
+                      device=ctx.device, dtype="bfloat16", attention=backend, warmup_iters=0)
+            got16 = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
+            agree = sum(g[0] == w[0] for g, w in zip(got16, want16))
+            metrics.append(Metric(f"first_token_agree_bf16[{arch},{backend}]",
+                                  agree / len(prompts)))
+    return [*summarise(metrics, "greedy_equal_fp32", "runs equal"),
+            *summarise(metrics, "first_token_agree_bf16", "runs with every first token equal"),
+            *metrics], notes
+
+
+def summarise(metrics: list[Metric], prefix: str, what: str) -> list[Metric]:
+    """How many runs passed, one line with a target for the table."""
+    cases = [m for m in metrics if m.metric.startswith(prefix)]
+    passed = sum(m.value in (True, 1.0) for m in cases)
+    return [Metric(f"{prefix}_all", f"{passed}/{len(cases)}", what, "all", passed == len(cases))]

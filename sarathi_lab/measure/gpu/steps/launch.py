@@ -1,0 +1,207 @@
+"""The ``launch`` step: LLaMA-13B iterations, eager and with CUDA graphs, beside their physical and
+sequential floors; graph memory; co-scheduled attention (``,pod``); kernels per iteration kind."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from sarathi_lab import LLM
+from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, label
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.steps.env import ceilings_or_measured
+from sarathi_lab.measure.gpu.steps.launch_overlap import overlapped
+from sarathi_lab.measure.profiling.kernel_breakdown import breakdown_rows, profile_iteration
+from sarathi_lab.measure.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
+from sarathi_lab.measure.profiling.launch import measure
+from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
+from sarathi_lab.model.shape import Shape
+
+# From this many tokens the GEMMs fill whole 128-row tiles and fixed costs weigh little.
+FULL_TOKENS = 256
+
+
+def physical_target(chunk: int, decodes: int) -> float | None:
+    """Target over the physical floor: 1.25x from FULL_TOKENS, 1.5x below (fixed costs weigh more);
+    decodes are held to their KV floor by the attention step."""
+    return None if chunk == 0 else 1.25 if chunk + decodes >= FULL_TOKENS else 1.5
+
+
+def sequential_target(chunk: int, decodes: int) -> float | None:
+    """Over the sequential floor (each kernel at its own floor in turn): 1.15x from FULL_TOKENS."""
+    return 1.15 if chunk + decodes >= FULL_TOKENS else None
+
+
+def _target(limit: float | None) -> str:
+    return f"<= {limit}" if limit else ""
+# How far a graph replay (padded batch, other GEMM kernels) may stray from eager: stale inputs would
+# be far off.
+REL_DIFF = 0.05
+# The iterations whose kernels per layer are counted.
+COUNTED = ((256, 17), (0, 18))
+KERNELS = "kernels.csv"
+BREAKDOWN_REPS = {"cuda": 3, "cpu": 1}
+
+
+def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    model, dtype, context, reps, cases = SHAPES[ctx.device]
+    cuda = ctx.device == "cuda"
+    # a capture that failed: the engine runs eagerly
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # The largest chunk and a request per case, so the engine captures a graph for each.
+        llm = LLM(model=model, dtype=dtype, device=ctx.device, scheduler="sarathi",
+                  chunk_size=max(c for c, _ in cases),
+                  max_batch_size=max(d + (c > 0) for c, d in cases),
+                  max_model_len=max(context, *MORE_CONTEXTS[ctx.device]), seed=0)
+    env, own_ceilings = ceilings_or_measured(ctx)
+    metrics, skipped, counts = [], [], []
+    for chunk, decodes in cases:
+        metrics += _iteration(llm, chunk, decodes, context, reps, env, cuda, context)
+    for at in MORE_CONTEXTS[ctx.device]:
+        try:
+            for chunk, decodes in cases:
+                metrics += _iteration(llm, chunk, decodes, at, reps, env, cuda, context)
+        # out of KV blocks or memory
+        except (RuntimeError, ValueError) as e:
+            skipped.append(f"context {at}: stopped at {label(chunk, decodes, at)} "
+                           f"({type(e).__name__}: "
+                           f"{str(e).splitlines()[0][:200] if str(e) else ''})")
+    counted = [(c, d) for c, d in COUNTED if (c, d) in cases]
+    for chunk, decodes in counted:
+        key = label(chunk, decodes)
+        static = static_counts(llm, chunk, decodes, context, llm.config.torch_device)
+        metrics += [Metric(f"kernels_per_layer_{name}[{key}]", len(static[name]))
+                    for name in STAGES]
+        counts.append(f"kernels a layer [{key}], static: "
+                      + "; ".join(f"{n} {' '.join(static[n])}" for n in STAGES))
+        if cuda:
+            profiled = profiled_layer_kernels(llm, chunk, decodes, context)
+            metrics += [Metric(f"kernels_per_layer_profiled_{name}[{key}]", profiled[name])
+                        for name in STAGES]
+    breakdown, breakdown_note = _kernel_breakdown(llm, cases, context, ctx.dir, ctx.device)
+    metrics += breakdown
+    graph_metrics, graphs = _graphs(llm, cuda)
+    metrics += graph_metrics
+    contexts = ", ".join(map(str, (context, *MORE_CONTEXTS[ctx.device])))
+    timed = (f"{model} {dtype} on {ctx.device}: {', '.join(label(c, d) for c, d in cases)} (c: the "
+             "last chunk of a prompt of the context's tokens, b: decodes at that context) at "
+             f"contexts {contexts} (ctx= in the names, none at {context}); eager (runner.forward) "
+             "and engine (executor.forward: its graph's replay where one holds the batch), "
+             f"interleaved, median of {reps}; floors: physical max(compute, memory) of the whole "
+             "iteration, sequential the sum of each kernel's own (model/floors.py), memory at "
+             f"the {memory_ceiling(env)[1]} rate")
+    contexts = (context, *MORE_CONTEXTS[ctx.device])
+    overlap, overlap_note = overlapped(llm, cases, contexts, reps, env, cuda, ctx.dir)
+    pod, pod_note = _co_scheduled(llm, cases, context, reps, env, cuda)
+    metrics += overlap + pod
+    notes = [timed, f"engine graphs: {graphs}", *counts, breakdown_note, *skipped, overlap_note,
+             pod_note]
+    notes += [f"warning: {w.message}" for w in caught if "capture" in str(w.message)]
+    if own_ceilings:
+        notes.append("floors at ceilings this step measured (the env step has not run)")
+    return metrics, notes
+
+
+def _graphs(llm, cuda: bool) -> tuple[list[Metric], str]:
+    record = llm.cuda_graphs or {}
+    before, after = record.get("reserved_before_bytes"), record.get("reserved_after_bytes")
+    captured = record.get("graphs", len(record.get("decode_sizes", []))
+                          + len(record.get("mixed_tokens", [])))
+    metrics = [Metric("graphs_captured", captured, "", "> 0", bool(record) if cuda else None),
+               Metric("graph_capture_s", record.get("capture_s"), "s"),
+               Metric("graph_pool_mib", _mib(record.get("pool_bytes")), "MiB"),
+               Metric("graph_reserved_mib", _mib(after - before if after is not None else None),
+                      "MiB")]
+    graphs = (f"decode sizes {record['decode_sizes']}, mixed token buckets "
+              f"{record['mixed_tokens']} (each of up to {record['mixed_requests']} requests; "
+              "attention split as each replayed batch's eager plan, one mixed graph a prefill "
+              f"tile kind: {record.get('mixed_tiles')} as [tokens, rows, warps])"
+              if record else "none captured (every forward eager)")
+    return metrics, graphs
+
+
+def _co_scheduled(llm, cases, context: int, reps: int, env: dict,
+                  cuda: bool) -> tuple[list[Metric], str]:
+    """The hybrid iterations of FULL_TOKENS or more co-scheduled; last, as the graphs are captured
+    again."""
+    hybrid = [(c, d) for c, d in cases if c and d and c + d >= FULL_TOKENS]
+    if llm.model.backend.name != "triton" or not hybrid:
+        return [], ("co-scheduled attention (attention_hybrid=pod) not timed: it needs the Triton "
+                    "attention")
+    llm.use_attention_hybrid("pod")
+    metrics = []
+    for chunk, decodes in hybrid:
+        metrics += _iteration(llm, chunk, decodes, context, reps, env, cuda, context, variant="pod")
+    return metrics, (f"co-scheduled (,pod): {', '.join(label(c, d) for c, d in hybrid)} again with "
+                     "attention_hybrid=pod, eager and replayed from graphs of the co-scheduled "
+                     f"launch ({(llm.cuda_graphs or {}).get('pod_graphs', 0)} captured)")
+
+
+def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict, cuda: bool,
+               base: int, variant: str = "") -> list[Metric]:
+    """One iteration's times, floors and ratios; ``variant`` (``pod``) named after the shape."""
+    row = measure(llm, chunk, decodes, context, reps)
+    key = label(chunk, decodes, None if context == base else context)
+    key += f",{variant}" if variant else ""
+    queries = [chunk] * (chunk > 0) + [1] * decodes
+    at = (Shape.of(llm.model_config), queries, [context] * len(queries), len(queries),
+          llm.dtype.itemsize, memory_ceiling(env)[0], env["matmul_tflops"] * 1e3)
+    least, sequential = floor(*at).seconds * 1e3, sequential_floor(*at).seconds * 1e3
+    engine_over, over_sequential = row["engine_ms"] / least, row["engine_ms"] / sequential
+    target, seq_target = physical_target(chunk, decodes), sequential_target(chunk, decodes)
+    return [
+        Metric(f"eager_ms[{key}]", round(row["eager_ms"], 3), "ms"),
+        Metric(f"engine_ms[{key}]", round(row["engine_ms"], 3), "ms"),
+        Metric(f"floor_ms[{key}]", round(least, 3), "ms"),
+        Metric(f"sequential_floor_ms[{key}]", round(sequential, 3), "ms"),
+        Metric(f"eager_over_floor[{key}]", round(row["eager_ms"] / least, 2), "x"),
+        Metric(f"engine_over_floor[{key}]", round(engine_over, 2), "x", _target(target),
+               engine_over <= target if target and cuda else None),
+        Metric(f"engine_over_sequential_floor[{key}]", round(over_sequential, 2), "x",
+               _target(seq_target), over_sequential <= seq_target if seq_target and cuda else None),
+        Metric(f"eager_over_engine[{key}]", round(row["eager_ms"] / row["engine_ms"], 2), "x"),
+        Metric(f"engine_graph_tokens[{key}]", row["graph_tokens"], "",
+               "> 0 (replayed from the engine's graph)", row["graph_tokens"] > 0 if cuda else None),
+        Metric(f"engine_rel_diff[{key}]", float(f"{row['rel_diff']:.3g}"), "", f"< {REL_DIFF}",
+               row["rel_diff"] < REL_DIFF)]
+
+
+def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple[list[Metric], str]:
+    """Per iteration kind, its kernels grouped and their sum (less sampling) over the forward's GPU
+    time: the gaps between kernels show there."""
+    cuda, reps = device == "cuda", BREAKDOWN_REPS[device]
+    source = "cuda kernels" if cuda else "cpu ops (host work: no CUDA kernels off the GPU)"
+    layers, rows, metrics, failed = llm.model_config.num_hidden_layers, [], [], []
+    for chunk, decodes in cases:
+        key = label(chunk, decodes)
+        try:
+            kernels, gpu_ms, wall_ms = profile_iteration(llm, chunk, decodes, context, reps)
+        except RuntimeError as e:  # the profiler's own failure: the step's timings stand without it
+            failed.append(f"{key} ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200] if str(e) else ''})")
+            continue
+        got = breakdown_rows(key, kernels, reps, layers, chunk > 0, gpu_ms, wall_ms, source)
+        rows += got
+        forward = sum(r["total_ms"] for r in got if r["group"] != "sampling")
+        over = forward / gpu_ms if gpu_ms else None
+        metrics += [Metric(f"kernel_sum_ms[{key}]", round(forward, 3), "ms"),
+                    Metric(f"kernel_sum_over_gpu_event[{key}]", over and round(over, 3), "x",
+                           "0.95-1.05",
+                           (over is not None and abs(over - 1) <= 0.05) if cuda else None),
+                    Metric(f"iteration_host_ms[{key}]", round(wall_ms - gpu_ms, 3), "ms")]
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / KERNELS, index=False)
+    return metrics, (f"per-kernel breakdown ({KERNELS}): {source} of {reps} executed iteration(s) "
+                     f"a kind at context {context} under torch.profiler, grouped by name and place "
+                     "in the layer (measure/profiling/kernel_breakdown.py); kernel_sum (less "
+                     "sampling) "
+                     "over the forward's CUDA-event time; iteration_host_ms: the iteration's wall "
+                     f"time less that, medians of {reps} unprofiled"
+                     + (f"; not profiled: {', '.join(failed)}" if failed else ""))
+
+
+def _mib(nbytes: int | None) -> float | None:
+    return None if nbytes is None else round(nbytes / 2**20, 1)

@@ -1,0 +1,105 @@
+"""The ``tune`` step: attention tile configs and split-rule knobs per work kind, and cuBLAS against
+Triton split-K per projection, into the device's tuned table."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pandas as pd
+import torch
+
+from sarathi_lab.attention.co_schedule import entries_from_rows
+from sarathi_lab.config import EngineConfig
+from sarathi_lab.harness.environment import device_name
+from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.profiling.attention_sweep import (
+    fit_split_rule,
+    rule_label,
+    shapes,
+    sweep_kind,
+    tiles_label,
+)
+from sarathi_lab.measure.profiling.gemm_sweep import TOKENS, label, projections, sweep
+from sarathi_lab.model.presets import PRESETS
+from sarathi_lab.model.shape import Shape
+from sarathi_lab.tuned_kernels import TunedTable, file_name
+
+# GPU: benchmark models and token counts, bf16, 10 rounds; dry run: the tiny model, one round, two
+# configs (seconds in the interpreter).
+SETTINGS = {"cuda": (("llama-13b", "mistral-7b"), TOKENS, "bfloat16", 10, 2, None),
+            "cpu": (("tiny",), (16,), "float32", 1, 0, 2)}
+# Not started with less than this left of the call.
+GUARD_S = 20
+
+
+def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    models, tokens, dtype_name, reps, warmup, limit = SETTINGS[ctx.device]
+    device, dtype = torch.device(ctx.device), getattr(torch, dtype_name)
+    num_sms = (torch.cuda.get_device_properties(device).multi_processor_count
+               if ctx.device == "cuda" else None)
+    name = device_name(device)
+    metrics, notes, attention_rows, gemm_rows = [], [], [], []
+
+    tiles = {}
+    for kind, cases in shapes(ctx.device).items():
+        best, kept, rows = sweep_kind(kind, cases, dtype=dtype, device=device,
+                                      block_size=EngineConfig.block_size, reps=reps, warmup=warmup,
+                                      limit=limit, seconds_left=ctx.seconds_left)
+        tiles[kind] = best
+        attention_rows += rows
+        metrics += [Metric(f"attention_tiles[{kind}]", tiles_label(best)),
+                    Metric(f"attention_tuned_over_default[{kind}]", round(kept, 3), "x")]
+    rule, gain = fit_split_rule(attention_rows)
+    metrics += [Metric("split_rule", rule_label(rule)),
+                Metric("split_rule_fitted_over_default", round(gain, 3), "x")]
+    pd.DataFrame(attention_rows).to_csv(ctx.dir / "tune_attention.csv", index=False)
+
+    gemm: dict[str, dict[int, object]] = {}
+    skipped = 0
+    for model in models:
+        for proj in projections(Shape.of(PRESETS[model])):
+            for m in tokens:
+                left = ctx.seconds_left()
+                if left is not None and left < GUARD_S:
+                    skipped += 1
+                    continue
+                best, rows = sweep(proj, m, dtype=dtype, device=device, reps=reps, warmup=warmup,
+                                   num_sms=num_sms, limit=limit)
+                gemm.setdefault(proj.key, {})[m] = best
+                gemm_rows += [r | {"model": model} for r in rows]
+                by = {r["candidate"]: r.get("ms") for r in rows}
+                key = f"{model}.{proj.name},m={m}"
+                metrics += [Metric(f"gemm_choice[{key}]", label(best)),
+                            Metric(f"gemm_best_over_cublas[{key}]",
+                                   round(by[label(best)] / by["cublas"], 3), "x")]
+    pd.DataFrame(gemm_rows).to_csv(ctx.dir / "tune_gemm.csv", index=False)
+    if skipped:
+        notes.append(f"{skipped} GEMM shapes not swept: the call's "
+                     "time ran out (the table keeps cuBLAS there)")
+
+    co_schedule = _co_schedule(ctx)
+    table = TunedTable(name, tiles, gemm, split_rule=rule.moved_knobs(), co_schedule=co_schedule)
+    metrics.insert(0, Metric("co_schedule_shapes_faster",
+                             sum(e["over_sequential"] < 1 for e in co_schedule)))
+    path = ctx.dir / file_name(name)
+    path.write_text(json.dumps(table.to_json(), indent=1) + "\n")
+    metrics.insert(0, Metric("tuned_table", path.name))
+    notes.insert(0, f"{dtype_name} on {ctx.device} ({name}): attention tiles per work kind over "
+                 f"{sum(len(c) for c in shapes(ctx.device).values())} shapes, GEMMs of "
+                 f"{', '.join(models)} at {', '.join(map(str, tokens))} "
+                 f"tokens; median of {reps} interleaved rounds"
+                 + (", each call after an L2 flush, CUDA events" if ctx.device == "cuda" else
+                    " in Triton's interpreter: times say nothing"))
+    notes.append(f"copy {path.name} to sarathi_lab/tuned/ to make the engine use it on this device")
+    return metrics, notes
+
+
+def _co_schedule(ctx: Context) -> list[dict]:
+    """The hybrid step's shapes timed co-scheduled and sequential, where it ran: co_schedule.py
+    co-schedules only where the nearest was faster so."""
+    rows = ctx.out / "steps" / "hybrid" / "hybrid_attention.csv"
+    if not rows.is_file():
+        return []
+    with open(rows, newline="") as f:
+        return entries_from_rows(list(csv.DictReader(f)))

@@ -1,0 +1,78 @@
+"""This CPU's ceilings as the simulator reads them (sim_device=cpu): copy bandwidth and matmul
+rate at the benchmarks' sizes, written with the machine, threads and time of the measurement to
+the file sim/device.py reads, so that a simulation measures nothing.
+
+    python -m sarathi_lab.measure.profiling.cpu_ceilings [--dtype bfloat16]
+"""
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timezone
+
+from sarathi_lab import cli_args
+from sarathi_lab.config import DTYPES
+from sarathi_lab.sim.device import (
+    MEASURE_COMMAND,
+    cpu_ceilings_key,
+    cpu_ceilings_path,
+    cpu_name,
+    device_dtype,
+    read_cpu_ceilings,
+)
+
+log = logging.getLogger(__name__)
+
+
+def measure(dtype: str = "bfloat16") -> dict:
+    """In the dtype the engine runs for ``dtype``."""
+    import json
+
+    import torch
+
+    from sarathi_lab.measure.profiling.ceilings import FULL, measure_ceilings
+
+    run = device_dtype("cpu", dtype)
+    ceil = measure_ceilings("cpu", getattr(torch, run), **FULL)
+    entry = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops, "cpu": cpu_name(),
+             "dtype": run, "threads": ceil.threads, "copy_mib": ceil.copy_mib,
+             "matmul_n": ceil.matmul_n,
+             "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "writer": MEASURE_COMMAND}
+    path = cpu_ceilings_path()
+    try:
+        entries = read_cpu_ceilings(path)
+    except ValueError as e:
+        log.warning("the CPU ceilings %s are %s: writing them anew", path, e)
+        entries = {}
+    entries[cpu_ceilings_key(dtype)] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(entries, indent=1))
+    os.replace(tmp, path)
+    return entry
+
+
+def ensure(dtype: str = "bfloat16") -> None:
+    """Where its file holds none in ``dtype`` (or cannot be read)."""
+    try:
+        if cpu_ceilings_key(dtype) in read_cpu_ceilings(cpu_ceilings_path()):
+            return
+    except ValueError:
+        pass
+    measure(dtype)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = cli_args.Parser(prog=MEASURE_COMMAND, description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bfloat16", choices=DTYPES)
+    args = parser.parse_args(argv)
+    entry = measure(args.dtype)
+    print(f"{cpu_ceilings_path()}: {cpu_ceilings_key(args.dtype)}: "
+          f"copy {entry['copy_gbps']:.3g} GB/s, matmul {entry['matmul_gflops']:.3g} GFLOP/s "
+          f"with {entry['threads']} threads")
+    return entry
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""``python -m sarathi_lab.measure.sim_check.calibration_cli``: fits every measured GPU's
+calibration (calibration.fit) and writes it into its device file, keeping everything above the
+marker line of each as written."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import yaml
+
+from sarathi_lab.measure.sim_check.convert_gpu_kernels import kept_tokens
+from sarathi_lab.measure.sim_check.lease_kernels import lease_kernels, newest_lease
+from sarathi_lab.sim import gpu_kernels
+from sarathi_lab.sim.calibration import Calibration, fit, fit_lease
+from sarathi_lab.sim.device import DEVICES_DIR, GPU_DEVICES, load_device
+
+MARKER = "# ---- calibration: written by python -m sarathi_lab.measure.sim_check.calibration_cli"
+
+
+def _round(value, digits: int = 4):
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, (list, tuple)):
+        return [_round(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: _round(v, digits) for k, v in value.items()}
+    return value
+
+
+# A device nobody measured -> the measured device of the same chip whose shares of peak it takes.
+BORROWED = {"a6000": "a40"}
+
+
+def calibrations() -> dict[str, Calibration]:
+    """Without measured attention, the A100's (calibration.fit); BORROWED, a sibling's."""
+    measured = [d for d in gpu_kernels.measured_devices() if d in GPU_DEVICES]
+    out = {}
+    for name in sorted(measured, key=lambda d: d != "a100"):
+        borrowed = (out["a100"], load_device("a100").peak_flops) if "a100" in out else None
+        device = load_device(name)
+        out[name] = fit(device, attention_from=borrowed)
+        if (lease := newest_lease(name)) is not None:
+            out[name] = fit_lease(out[name], lease_kernels(lease), device.peak_flops,
+                                  device.memory_bandwidth, f"lease {lease.name}")
+    for name, sibling in BORROWED.items():
+        if sibling in out:
+            out[name] = out[sibling]
+    return out
+
+
+def as_yaml(cal: Calibration, device: str) -> str:
+    keep = [i for i, t in enumerate(cal.gemm_tokens) if kept_tokens(t)]
+    cal = dataclasses.replace(cal, **{f: tuple(getattr(cal, f)[i] for i in keep)
+                                      for f in ("gemm_tokens", "gemm_efficiency", "gemm_launch_s")})
+    lease = next((f for f in cal.fitted_from if f.startswith("lease ")), None)
+    attention = ("the A100's attention fit, scaled by the GEMM efficiency ratio (no attention "
+                 "measured here)"
+                 if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
+    if lease:
+        attention = (f"then refitted to the GPU {lease} "
+                     f"(docs/gpu/{device}/{lease.split()[1]}/steps/: "
+                     "the engine's attention, cuBLAS projections between the token counts it "
+                     "timed)")
+    measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
+                   if device in BORROWED else "")
+    vidur = ", ".join(f for f in cal.fitted_from if f != lease)
+    head = (f"{MARKER}\n# Fitted to measured GPU kernels (sim/data/gpu_kernels/README.md: vidur, "
+            f"MIT) of\n# {vidur}{measured_on};\n# {attention}. Efficiencies are shares of the "
+            f"peaks above.\n")
+    return head + yaml.safe_dump({"calibration": _round(dataclasses.asdict(cal))},
+                                 default_flow_style=None, sort_keys=False, width=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__).parse_args(argv)
+    for device, cal in calibrations().items():
+        path = DEVICES_DIR / f"{device}.yaml"
+        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n"
+                        + as_yaml(cal, device))
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The GPU cost models held against this engine's own operator tables measured on a GPU by
+``task=profile``, per operator and iteration kind (docs/sim/README.md, section 5c). These time this
+engine, host launches included, not the hardware's tight kernels."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.measure.sim_check import fidelity
+from sarathi_lab.model import PRESETS, load_config
+from sarathi_lab.sim.cost_model import batch_tokens
+from sarathi_lab.sim.device import GPU_DEVICES, load_device
+from sarathi_lab.sim.profile_model import DENSE_OPS, ProfileCostModel, measured_iterations
+from sarathi_lab.sim.profiles import profile_description, profile_path, profiled_devices
+from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostModel
+
+# A device without a calibration is also held against that of the device whose compute it shares, on
+# its own peaks: a labelled variant, not a fit.
+BORROWED_CALIBRATION = {"h200": "h100"}
+# Where the forward's arithmetic, not its launches, should set the time.
+LARGE_PREFILL = 256
+
+
+def profiled(devices=None) -> list[tuple[str, str]]:
+    """(device, model) of every committed engine profile on a simulated GPU."""
+    return [(device, model) for device, model in profiled_devices()
+            if device in GPU_DEVICES and model in PRESETS
+            and (devices is None or device in devices)]
+
+
+def cost_models(device: str, config, dtype: str) -> dict[str, RooflineCostModel]:
+    dev = load_device(device, dtype)
+    cms = {"roofline": RooflineCostModel(dev, config, dtype)}
+    if dev.calibration is not None:
+        cms["calibrated"] = CalibratedRooflineCostModel(dev, config, dtype)
+    elif device in BORROWED_CALIBRATION:
+        other = BORROWED_CALIBRATION[device]
+        borrowed = dataclasses.replace(dev, calibration=load_device(other, dtype).calibration)
+        cms[f"{other}_calibration"] = CalibratedRooflineCostModel(borrowed, config, dtype)
+    return cms
+
+
+def as_engine_times(cm: RooflineCostModel, ops: dict[str, float], tokens: int) -> dict[str, float]:
+    """Regrouped as the engine times them (measure/profiling/ops.py): ``ffn`` the MLP with its
+    activation, attention with rotary and the KV write, ``others`` the rest of the forward."""
+    part = {kind: cm.shape.layers * s for kind, s in cm.pointwise_parts_s(tokens).items()}
+    return {"qkv_proj": ops["qkv_proj"], "o_proj": ops["o_proj"],
+            "ffn": ops["gate_up_proj"] + part["act"] + ops["down_proj"],
+            "others": ops["pointwise"] - part["act"] - part["rope"] + ops["lm_head"],
+            "attention": ops["prefill_attention"] + ops["decode_attention"] + part["rope"]}
+
+
+def _op_rows(table: pd.DataFrame) -> list[tuple[str, list, list, pd.Series]]:
+    """A dense op's iteration is a whole prompt; an attention's, its chunk or decode batch."""
+    rows = []
+    for _, row in table.iterrows():
+        t, x, b = int(row.tokens), int(row.context), int(row.batch)
+        if row.op in DENSE_OPS:
+            rows.append((row.op, [(t, t)], [], row))
+        elif row.op == "prefill_attention":
+            rows.append(("attention", [(t, x)], [], row))
+        elif row.op == "decode_attention":
+            rows.append(("attention", [], [x] * b, row))
+    return rows
+
+
+def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16"
+            ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Whole-model seconds; ``profile_s``: the profile cost model on this same table."""
+    config = load_config(model)
+    cms = cost_models(device, config, dtype)
+    ops = []
+    for name, prefills, decodes, row in _op_rows(table):
+        tokens = batch_tokens(prefills, decodes)
+        ops.append({"device": device, "model": model, "op": row.op, "tokens": int(row.tokens),
+                    "context": int(row.context), "batch": int(row.batch),
+                    "measured_s": float(row.seconds)}
+                   | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops,
+                                                tokens)[name]
+                      for n, cm in cms.items()})
+    # The profile cost model on this very table shows what composing its ops costs; its warning past
+    # the largest chunk is silenced, every iteration being reported anyway.
+    its = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cms["profile"] = ProfileCostModel(table, config, dtype, source=f"{device}/{model}")
+        for kind, prefills, decodes, seconds in measured_iterations(table):
+            chunk = prefills[0][0] if prefills else 0
+            context = decodes[0] if decodes else chunk
+            label = {"prefill": f"prefill {chunk}", "decode": f"decode b={len(decodes)} @{context}",
+                     "hybrid": f"hybrid {chunk} + b={len(decodes)} @{context}"}[kind]
+            its.append({"device": device, "model": model, "iteration": label, "kind": kind,
+                        "tokens": chunk + len(decodes), "context": context, "batch": len(prefills)
+                        + len(decodes), "measured_s": seconds}
+                       | {f"{n}_s": cm.iteration_cost(prefills, decodes).forward_s
+                          for n, cm in cms.items()})
+    return pd.DataFrame(ops), pd.DataFrame(its)
+
+
+def run(devices=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    pairs = []
+    for device, model in profiled(devices):
+        path = profile_path(device, model)
+        dtype = profile_description(path).get("engine", {}).get("torch_dtype", "bfloat16")
+        pairs.append(compare(device, model, pd.read_csv(path), dtype))
+    if not pairs:
+        return pd.DataFrame(), pd.DataFrame()
+    return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
+
+
+def models_in(rows: pd.DataFrame) -> list[str]:
+    return [c.removesuffix("_s") for c in rows if c.endswith("_s") and c != "measured_s"
+            and rows[c].notna().all()]
+
+
+def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
+    """Median and worst |predicted / measured - 1| per iteration kind and per op."""
+    groups = []
+    for (device, model), its in iterations.groupby(["device", "model"], sort=True):
+        groups += [("iteration", kind, g) for kind, g in its.groupby("kind")]
+        groups.append(("iteration", f"prefill >= {LARGE_PREFILL} tokens",
+                       its[(its.kind == "prefill") & (its.tokens >= LARGE_PREFILL)]))
+        op_rows = ops[(ops.device == device) & (ops.model == model)]
+        groups += [("op", op, g) for op, g in op_rows.groupby("op", sort=False)]
+    rows = []
+    for level, kind, g in (group for group in groups if len(group[2])):
+        names = models_in(g)
+        ratio = {f"{n}_median_ratio": float(np.median(g[f"{n}_s"] / g.measured_s)) for n in names}
+        rows.append({"device": g.device.iloc[0], "model": g.model.iloc[0], "level": level,
+                     "kind": kind, "points": len(g)} | fidelity.error_stats(g, names) | ratio)
+    return pd.DataFrame(rows)

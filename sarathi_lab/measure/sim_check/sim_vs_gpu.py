@@ -1,0 +1,397 @@
+"""The simulator against the real engine's own runs on a GPU: every measured run under a results
+root rebuilt from its own overrides with ``executor=sim`` under each cost model, and every iteration
+it timed compared with the cost model's (docs/sim/README.md, sections 9 and 9c). A serving run
+(orca_compare, pd_ratio, any task=serve) is served again on the virtual clock: batches, iteration
+times, served latencies and the pd_ratio gains; a measurement task's run (per_token_cost,
+decode_speedup, chunk_overhead, tile_quantization) runs its own hand-built batches again, each
+priced by the cost model (``task_tables``). Reported per run kind, cost model and iteration kind
+(decode, prefill, hybrid): the median and worst |simulated / measured - 1| (``sim_vs_gpu_report``).
+
+``--smoke`` measures tiny runs and a tiny profile on this CPU first: the same code path at CI
+size."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from sarathi_lab import provenance
+from sarathi_lab.analysis import claims, derive
+from sarathi_lab.analysis.runs import Results
+from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
+from sarathi_lab.engine.metrics import iteration_kinds, stalled
+from sarathi_lab.executors import recorded_as
+from sarathi_lab.harness import scales
+from sarathi_lab.harness.compose import run_in_process
+from sarathi_lab.harness.environment import engine_kind
+from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
+from sarathi_lab.measure.bench.args import bench_parser, names_of
+from sarathi_lab.measure.bench.task_tables import TABLES, paired
+from sarathi_lab.measure.profiling import cpu_ceilings
+from sarathi_lab.measure.sim_check import sim_vs_gpu_report as report
+from sarathi_lab.measure.sim_check.sim_validate import (
+    DOCS,
+    SERVED,
+    SMOKE_PROFILE,
+    Run,
+    batch_errors,
+    profile,
+    served_errors,
+    verdict,
+)
+from sarathi_lab.sim.cost_model import CostModel
+from sarathi_lab.sim.profiles import profile_path
+
+COST_MODELS = SIM_COST_MODELS
+SERVE = "serve"
+LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
+# Keys of the measured run's command line its simulated rebuild sets itself (or must not inherit).
+_NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logger", "on_existing"}
+# Keys a recorded run may hold under their old name: rebuilt under today's.
+_MOVED = {"measure.chunk_align": "scheduler.chunk_align"}
+_KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio", "model", "dtype")
+# measure/gpu/collect.py's
+LEASE = re.compile(r"\d{4}-\d{2}-\d{2}_[0-9a-f]{7,40}(\+[0-9a-f]{7,40})*")
+VS_GPU = DOCS / "vs_gpu"
+# The smoke's runs: pd_ratio's two schedulers at two ratios, and one of every other run kind.
+_SMOKE_PAIRS = tuple((ratio, scheduler) for ratio in (4, 16) for scheduler in ("static", "sarathi"))
+_SMOKE_KINDS = ("orca_compare", "per_token_cost", "decode_speedup", "chunk_overhead",
+                "tile_quantization")
+
+
+def finished_runs(root: Path) -> tuple[list[Path], Counter]:
+    """The finished measured runs with a comparison; the others counted by why."""
+    found, left_out = [], Counter()
+    for metrics in sorted(root.glob(f"*/multiruns/*/*/{METRICS}"), key=natural_order):
+        record = read_record(metrics)
+        task, executor = record["config"].get("task"), record["environment"].get("executor")
+        if record.get("partial"):
+            left_out["partial (interrupted)"] += 1
+        elif not recorded_as(executor, "runs_model"):
+            left_out[f"executor={executor}"] += 1
+        elif task != SERVE and task not in TABLES:
+            left_out[f"{metrics.relative_to(root).parts[0]} (task={task}, no comparison)"] += 1
+        else:
+            found.append(metrics.parent)
+    return found, left_out
+
+
+def measured_engine(runs: list[Path]) -> str:
+    return engine_kind([read_record(run / METRICS)["environment"] for run in runs]) or "no run"
+
+
+def overrides_of(run_dir: Path) -> list[str]:
+    """The run's command line, less what a simulated rebuild sets itself."""
+    given = read_record(run_dir / METRICS)["overrides"]
+    today = [o.replace(key, _MOVED[key], 1) if (key := override_key(o)) in _MOVED
+             else o for o in given]
+    return [o for o in today if override_key(o) not in _NOT_CARRIED and not o.startswith("hydra")]
+
+
+def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str) -> Path:
+    """Rebuilt as under ``runs`` but under ``work/<cost_model>/``: ``Results`` reads both."""
+    dest = work / cost_model / run_dir.relative_to(runs)
+    run_in_process([*overrides_of(run_dir), "executor=sim", f"engine.sim_device={device}",
+                    f"engine.sim_cost_model={cost_model}", "logger=none", "on_existing=overwrite"],
+                    dest)
+    return dest
+
+
+def refusals(runs: list[Path], device: str, cost_models) -> dict[tuple, str]:
+    """(model, dtype, cost model) -> the cost model's ConfigError on ``device``, if any."""
+    found = {}
+    for model, dtype in dict.fromkeys((c.get("model"), c.get("dtype"))
+                                      for c in (read_record(r / METRICS)["config"] for r in runs)):
+        if device == "cpu":
+            cpu_ceilings.ensure(dtype or "bfloat16")
+        for cost_model in cost_models:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    CostModel.for_device(device, model, cost_model, dtype)
+            except ConfigError as e:
+                found[model, dtype, cost_model] = str(e)
+    return found
+
+
+def load(run_dir: Path) -> Run:
+    summary = read_record(run_dir / METRICS)["summary"]
+    return Run(pd.read_parquet(run_dir / "iterations.parquet"), summary, math.nan)
+
+
+def stalls(iterations: pd.DataFrame) -> pd.Series:
+    """Pauses of the real engine: no cost model predicts them, and a makespan carries them whole."""
+    kinds = iteration_kinds(iterations.num_prefill_tokens, iterations.num_decode_tokens)
+    return pd.Series(stalled(iterations.duration_s, kinds), index=iterations.index)
+
+
+def _errors(points: pd.DataFrame) -> dict:
+    kept = points[~points.stall] if len(points) else points
+    err = (kept.simulated_s / kept.measured_s - 1) if len(kept) else pd.Series(dtype=float)
+    return {"iter_median_abs_rel_err": err.abs().median(),
+            "iter_worst_abs_rel_err": err.abs().max(), "iter_median_rel_err": err.median()}
+
+
+def _serving(run_dir: Path, sim_dir: Path) -> tuple[dict, pd.DataFrame]:
+    real, sim = load(run_dir), load(sim_dir)
+    stall = stalls(real.iterations)
+    row = {"iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
+    row |= batch_errors(real, sim)
+    row |= {"real_stall_iterations": int(stall.sum()),
+            "real_stall_s": float(real.iterations.duration_s[stall].sum())}
+    row |= served_errors(real, sim, LATENCIES) | {f"{k}_sim": sim.summary[k] for k in LATENCIES}
+    if not row["identical_batches"]:
+        return row, pd.DataFrame()
+    it = real.iterations
+    return row, pd.DataFrame({"kind": iteration_kinds(it.num_prefill_tokens, it.num_decode_tokens),
+                              "label": [f"iteration {i}" for i in range(len(it))],
+                              "num_tokens": it.num_tokens, "measured_s": it.duration_s,
+                              "simulated_s": sim.iterations.duration_s.to_numpy(),
+                              "stall": stall.to_numpy()})
+
+
+def _measured(run_dir: Path, sim_dir: Path, task: str) -> tuple[dict, pd.DataFrame]:
+    name = TABLES[task].name
+    real, sim = (pd.read_parquet(d / f"{name}.parquet") for d in (run_dir, sim_dir))
+    points, same = paired(task, real, sim)
+    counts = {"iterations_real": len(TABLES[task].points(real)),
+              "iterations_sim": len(TABLES[task].points(sim))}
+    return counts | {"identical_batches": same}, points.assign(stall=False)
+
+
+class Comparison(NamedTuple):
+    table: pd.DataFrame  # one row per compared run and cost model
+    # every compared iteration (or task quantity), measured and simulated seconds
+    points: pd.DataFrame
+    unavailable: pd.DataFrame  # per run kind and cost model that could not run: how many runs, why
+
+
+def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
+            progress=print) -> Comparison:
+    """Every comparable run under ``runs`` rebuilt under each cost model that runs on ``device``."""
+    rows, points, missing = [], [], Counter()
+    compared = finished_runs(runs)[0]
+    refused = refusals(compared, device, cost_models)
+    for run_dir in compared:
+        record = read_record(run_dir / METRICS)
+        # its sweep's experiment
+        config, kind = record["config"], run_dir.relative_to(runs).parts[0]
+        env = record["environment"]
+        ident = {"run_kind": kind, "task": config.get("task"), "job": run_dir.name,
+                 **{k: config.get(k) for k in _KEYS}, "measured_on": env.get("device_name"),
+                 "measured_timing_unreliable": bool(env.get("timing_unreliable"))}
+        for model in cost_models:
+            if why := refused.get((config.get("model"), config.get("dtype"), model)):
+                missing[kind, model, why] += 1
+                continue
+            sim_dir = simulate(run_dir, runs, work, device, model)
+            serve = ident["task"] == SERVE
+            row, its = (_serving(run_dir, sim_dir) if serve
+                        else _measured(run_dir, sim_dir, ident["task"]))
+            row = ident | {"cost_model": model, "points": len(its)} | row | _errors(its)
+            rows.append(row)
+            if len(its):
+                points.append(its.assign(run_kind=kind, task=ident["task"], job=run_dir.name,
+                                         cost_model=model))
+            said = (verdict(row) if serve else f"rows identical {row['identical_batches']}, "
+                    f"iteration error {row['iter_median_abs_rel_err']:.1%}")
+            progress(f"{kind}/{run_dir.name.split('_')[0]} {ident['task']}, {model}: {said} "
+                     f"(worst {row['iter_worst_abs_rel_err']:.1%})")
+    for (kind, model, why), n in missing.items():
+        progress(f"{kind}: {model} not compared ({n} run(s)): {why}")
+    cols = ["run_kind", "cost_model", "runs", "status"]
+    unavailable = pd.DataFrame([dict(zip(cols, (k, m, n, f"unavailable: {why}")))
+                                for (k, m, why), n in missing.items()], columns=cols)
+    every = pd.concat(points, ignore_index=True) if points else pd.DataFrame()
+    return Comparison(pd.DataFrame(rows), every, unavailable)
+
+
+def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """pd_ratio's gain per point, measured beside each cost model's, and their claims rows. Runs
+    flagged timing-unreliable are kept: the simulation rebuilt every run."""
+    keys = [*derive.WORKLOAD_KEYS, "chunk"]
+    measured = Results(runs, include_unreliable=True)
+    def gain(results, name):
+        found = derive.pd_ratio_gains(results.summary("pd_ratio"))
+        return found[[*keys, "gain"]].rename(columns={"gain": name})
+    table = gain(measured, "measured")
+    simulated = [Results(work / m) for m in cost_models]
+    for model, results in zip(cost_models, simulated):
+        table = table.merge(gain(results, model), on=keys, how="left")
+    return table, claims.claims_table(measured, simulated, only=["pd_ratio"])
+
+
+def _smoke_runs(root: Path) -> None:
+    for i, (ratio, scheduler) in enumerate(_SMOKE_PAIRS):
+        job = f"{i}_pd_ratio={ratio},scheduler={scheduler}"
+        run_in_process(["experiment=pd_ratio", *scales.overrides("pd_ratio", "dry"),
+                        f"pd_ratio={ratio}", f"scheduler={scheduler}"],
+                        root / "pd_ratio" / "multiruns" / "smoke" / job)
+    for kind in _SMOKE_KINDS:
+        run_in_process([f"experiment={kind}", *scales.overrides(kind, "dry")],
+                       root / kind / "multiruns" / "smoke" / "0_tiny")
+
+
+OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv", "claims.csv",
+           "errors.png")
+
+
+def comparison_provenance(runs: list[Path], device: str, cost_models=COST_MODELS,
+                          lease: str = "") -> provenance.Provenance:
+    """Where no run recorded its commit, the lease's: a lease ran at the commit it names."""
+    envs = [read_record(run / METRICS)["environment"] for run in runs]
+    commit = provenance.commits(e.get("git_commit") for e in envs)
+    if commit == provenance.UNRECORDED and lease:
+        commit = lease.partition("_")[2]
+    machine = "+".join(sorted({str(e.get("device_name")) for e in envs}))
+    return provenance.Provenance(f"simulated {device} ({'+'.join(cost_models)}) against measured "
+                                 f"runs ({engine_kind(envs)})", machine=machine, lease=lease,
+                                 commit=commit,
+                                 writer="python -m sarathi_lab.measure.sim_check.sim_vs_gpu")
+
+
+def _shown(path: Path) -> str:
+    path = Path(path).absolute()
+    return str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path)
+
+
+def _title(table: pd.DataFrame, compared: list[Path], device: str, cost_models,
+           tables: list[str]) -> str:
+    first, engine = table.iloc[0], measured_engine(compared)
+    title = (f"Simulator ({', '.join(cost_models)}; sim_device={device}) against this engine "
+             f"measured on {first['measured_on']}: {first['model']}, {first['dtype']}, {engine}")
+    if tables:
+        title += f"\nprofile reads {', '.join(tables)}"
+    if device != "cpu":
+        title += f"\nmeasured side: this engine ({engine}), not the hardware's limit"
+    return title
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    cost_models = list(dict.fromkeys(args.cost_model))
+    device, runs, out, work = _places(parser, args)
+    if not args.smoke:
+        prov = comparison_provenance(finished_runs(runs)[0], device, cost_models, args.lease or "")
+        provenance.check_or_refuse(parser, dict.fromkeys((out / n for n in OUTPUTS), prov),
+                                   args.force, "--force replaces them; --out DIR writes elsewhere")
+    out.mkdir(parents=True, exist_ok=True)
+    if args.smoke:  # never the committed profiles
+        os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
+        profile("tiny", **SMOKE_PROFILE)
+        _smoke_runs(runs)
+    compared, left_out = finished_runs(runs)
+    total = len(compared) + sum(left_out.values())
+    why = ", ".join(f"{n} {why}" for why, n in left_out.items())
+    print(f"comparing {len(compared)} of {total} finished runs under {runs}"
+          + (f"; left out: {why}" if left_out else ""), flush=True)
+    refused = refusals(compared, device, cost_models)
+    tables = sorted({_shown(profile_path(device, c.get("model"))) for c in
+                     (read_record(r / METRICS)["config"] for r in compared)
+                     if "profile" in cost_models
+                     and (c.get("model"), c.get("dtype"), "profile") not in refused})
+    for table_path in tables:
+        print(f"the profile cost model reads {table_path}", flush=True)
+    result = compare(runs, work, device, cost_models, progress=lambda m: print(m, flush=True))
+    written, ran, errors = _write(result, runs, out, work, cost_models,
+                                  lambda ran: _title(result.table, compared, device, ran, tables))
+    prov = comparison_provenance(compared, device, cost_models, args.lease or "")
+    provenance.record(dict.fromkeys(written, prov))
+    print(f"wrote {', '.join(p.name for p in written)} into {out} "
+          f"({len(compared)} runs x {len(ran)} cost models)")
+    shown = errors[errors.status == "compared"]
+    if len(shown):
+        print(shown[["run_kind", "cost_model", "kind", "points", "median_rel_err",
+                     "median_abs_rel_err", "worst_abs_rel_err"]].to_string(
+                         index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = bench_parser(__spec__, __doc__)
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="the measured runs' results root (required "
+                        "unless --smoke): <experiment>/multiruns/<sweep>/<job>/")
+    parser.add_argument("--lease", default=None,
+                        help="the GPU lease the runs come from, <date>_<commit> as "
+                        "docs/gpu/<device>/<lease>/ names it: names the output folder and is "
+                        "recorded")
+    parser.add_argument("--out", type=Path, default=None, help="where the tables and figure go "
+                        "(default docs/sim/vs_gpu/<device>_<lease>; with --smoke sim_vs_gpu_smoke)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where the simulated runs and every compared "
+                        "iteration (points.csv) go (default outputs/sim_vs_gpu; with --smoke "
+                        "OUT/work)")
+    parser.add_argument("--device", default="h200",
+                        help="the simulated device: the one the runs were measured on")
+    parser.add_argument("--cost-model", type=names_of(SIM_COST_MODELS), default=list(COST_MODELS),
+                        help="the cost models to compare, comma-separated; "
+                             "one the device cannot run is reported")
+    parser.add_argument("--smoke", action="store_true",
+                        help="measure tiny runs and a profile on this CPU first "
+                        "and compare against them (device cpu)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a comparison of other runs (another machine, lease or "
+                             "commit) in OUT")
+    return parser
+
+
+def _places(parser: argparse.ArgumentParser,
+            args: argparse.Namespace) -> tuple[str, Path, Path, Path]:
+    if args.lease is not None and not LEASE.fullmatch(args.lease):
+        parser.error(f"--lease {args.lease!r} is invalid: must be <date>_<commit> as "
+                     f"docs/gpu/<device>/ "
+                     "names a lease (e.g. 2026-11-27_9e2ae41)")
+    device, runs = ("cpu", None) if args.smoke else (args.device, args.runs)
+    if args.smoke:
+        out = args.out or Path("sim_vs_gpu_smoke")
+        runs = out / "measured"
+    elif runs is None:
+        parser.error("--runs is required (the measured runs' results root), unless --smoke")
+    elif not finished_runs(runs)[0]:
+        parser.error(f"--runs {runs} is invalid: it holds no finished measured run with a "
+                     f"comparison (<experiment>/multiruns/<sweep>/<job>/metrics.json with task "
+                     f"serve or {', '.join(TABLES)})")
+    elif args.out is None and args.lease is None:
+        parser.error("--lease is required unless --out: "
+                     "the outputs go to docs/sim/vs_gpu/<device>_<lease>/")
+    else:
+        out = args.out or VS_GPU / f"{device}_{args.lease}"
+    work = args.work or (out / "work" if args.smoke else Path("outputs") / "sim_vs_gpu")
+    return device, runs, out, work
+
+
+def _write(result: Comparison, runs: Path, out: Path, work: Path, cost_models: list[str],
+           title) -> tuple[list[Path], list[str], pd.DataFrame]:
+    """``title(ran)``: the figure's title."""
+    table, points = result.table, result.points
+    errors = report.iteration_errors(points, result.unavailable)
+    tables = {"runs.csv": table, "iteration_errors.csv": errors,
+              "serving_errors.csv": report.serving_errors(table)}
+    for name, frame in tables.items():
+        frame.to_csv(out / name, index=False, float_format="%.4g")
+    written = [out / name for name in tables]
+    gain = None
+    ran = [m for m in cost_models if len(table) and m in set(table.cost_model)]
+    if (runs / "pd_ratio").is_dir() and ran:
+        gain, claim_rows = gains(runs, work, ran)
+        gain.to_csv(out / "gains.csv", index=False, float_format="%.4g")
+        claim_rows.to_csv(out / "claims.csv", index=False)
+        written += [out / "gains.csv", out / "claims.csv"]
+    if len(points):
+        work.mkdir(parents=True, exist_ok=True)
+        points.to_csv(work / "points.csv", index=False, float_format="%.5g")
+        report.figure(points, errors, table, gain, title(ran), out / "errors.png")
+        written.append(out / "errors.png")
+    return written, ran, errors
+
+
+if __name__ == "__main__":
+    main()
