@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 from sarathi_kernels.cpu_build import cpuinfo
 
-from sarathi_lab.config import run_dtype
-from sarathi_lab.host_features import cpu_has_bf16_units, usable_cores
+from sarathi_lab.host_features import cpu_has_bf16_units, run_dtype, usable_cores
 from sarathi_lab.profiling import isa
 from sarathi_lab.sim.device import cpu_name  # the simulator keys ceilings by it
 
@@ -50,12 +49,6 @@ def device_name(device: torch.device | str = "cpu") -> str:
 
     device = torch.device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def fast_dtype(device: str) -> str:
