@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
-import logging
 import math
 import numbers
 import re
@@ -14,10 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from sarathi_lab.executors import ExecutorKind, executor_class, executor_names, unhonoured
-from sarathi_lab.host_features import cpu_has_bf16_units, cuda_available
 from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, render  # noqa: F401
-
-log = logging.getLogger("sarathi_lab")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
@@ -160,28 +155,6 @@ class EngineConfig:
                               f"it holds no block of {block_bytes} bytes")
         return blocks
 
-    @property
-    def device_type(self) -> str:
-        if self.device == "auto":
-            return "cuda" if cuda_available() else "cpu"
-        return self.device
-
-    @property
-    def torch_device(self):
-        import torch
-
-        return torch.device(self.device_type)
-
-    @property
-    def torch_dtype(self):
-        """bfloat16 without bf16 matrix units runs as float32: it would distort every cost ratio."""
-        import torch
-
-        runs = run_dtype(self.dtype, self.device_type)
-        if runs != self.dtype:
-            _warn_bf16_fallback()
-        return getattr(torch, runs)
-
 
 def device_slug(name: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'h100'."""
@@ -189,19 +162,8 @@ def device_slug(name: str) -> str:
     return chip[1].lower() if chip else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def run_dtype(dtype: str, device_type: str) -> str:
-    bf16_on_cpu = dtype == "bfloat16" and device_type == "cpu"
-    return "float32" if bf16_on_cpu and not cpu_has_bf16_units() else dtype
-
-
 ENGINE_FIELDS = frozenset(f.name for f in settings_of(EngineConfig))
 ENGINE_DEFAULTS = {f.name: f.default for f in settings_of(EngineConfig)}
-
-
-@functools.cache
-def _warn_bf16_fallback() -> None:
-    # Not warnings.warn: one line, once per process, without a source line.
-    log.warning("dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions")
 
 
 def attention_backend(attention: str, device_type: str) -> str:

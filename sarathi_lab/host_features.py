@@ -24,6 +24,19 @@ def cpu_has_bf16_units() -> bool:
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
+def resolve_device(device: str) -> str:
+    """``auto``: CUDA where this host has it."""
+    if device == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    return device
+
+
+def run_dtype(dtype: str, device_type: str) -> str:
+    """bfloat16 without bf16 matrix units runs as float32: it would distort every cost ratio."""
+    bf16_on_cpu = dtype == "bfloat16" and device_type == "cpu"
+    return "float32" if bf16_on_cpu and not cpu_has_bf16_units() else dtype
+
+
 @functools.cache
 def cpu_has_onednn_fp16() -> bool:
     """oneDNN's float16 packed linear, tried once: torch has no flag for it."""

@@ -65,6 +65,7 @@ class LLM:
             torch.set_num_threads(cfg.num_threads)
         self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
         self.num_kv_blocks, self.dtype = plan.num_kv_blocks, plan.dtype
+        self.device = plan.device  # None for a simulated one
         # Before the weights are allocated: it refuses a cache smaller than a request's reserve.
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
@@ -98,7 +99,7 @@ class LLM:
         from sarathi_lab.model.runner import ModelRunner
 
         cfg = self.config
-        device = cfg.torch_device
+        device = self.device
         if cfg.world_size > 1:
             return self._build_parallel_executor()
         if device.type == "cpu":
@@ -127,7 +128,7 @@ class LLM:
 
         plan = self.plan
         executor = start_engine(RankSpec(plan.config, plan.model_config, plan.max_model_len,
-                                         plan.num_kv_blocks, plan.dtype))
+                                         plan.num_kv_blocks, plan.dtype, plan.host.device_type))
         runner = executor.runner
         self.model, self.kv_caches = runner.model, runner.kv_caches
         self.cpu_gemm = linear_gemm(self.model) if runner.device.type == "cpu" else None
@@ -164,7 +165,7 @@ class LLM:
         self.plan = dataclasses.replace(self.plan, config=self.config)
         if executor.graphs is not None:
             executor.graphs = self.cuda_graphs = None
-            if self.config.torch_device.type == "cuda":
+            if self.device.type == "cuda":
                 import torch
 
                 torch.cuda.empty_cache()

@@ -2,6 +2,8 @@
 builds whether a request fits, so they never disagree on what fits."""
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,7 +19,13 @@ from sarathi_lab.config import (
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, scheduler_class, scheduler_config
 from sarathi_lab.executors import executor_class
-from sarathi_lab.host_features import cpu_has_onednn_fp16, cuda_available, usable_cores
+from sarathi_lab.host_features import (
+    cpu_has_onednn_fp16,
+    cuda_available,
+    resolve_device,
+    run_dtype,
+    usable_cores,
+)
 from sarathi_lab.model import load_config
 from sarathi_lab.model.configs import check_buildable
 from sarathi_lab.model.memory import context_limit, device_memory_bytes, plan_kv_blocks
@@ -32,6 +40,8 @@ if TYPE_CHECKING:
 
     from sarathi_lab.model.spec import ModelConfig
     from sarathi_lab.sim.device import SimulatedDtype
+
+log = logging.getLogger("sarathi_lab")
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ def probe_host(cfg: EngineConfig) -> HostFacts:
     if cfg.device == "cuda" and not cuda_available():
         raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; "
                           "allowed here: auto, cpu")
-    device_type = cfg.device_type
+    device_type = resolve_device(cfg.device)
     fp16 = _check_cpu_dtype(cfg) if device_type == "cpu" else None
     check_attention_hybrid(cfg.attention_hybrid, attention_backend(cfg.attention, device_type))
     gpus = _check_ranks_fit(cfg, device_type, cores) if cfg.world_size > 1 else None
@@ -126,6 +136,15 @@ class EnginePlan:
     def kv_capacity_tokens(self) -> int:
         return self.num_kv_blocks * self.config.block_size
 
+    @property
+    def device(self) -> torch.device | None:
+        """The device the model runs on; None for a simulated one."""
+        if self.host.device_type is None:
+            return None
+        import torch
+
+        return torch.device(self.host.device_type)
+
 
 def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
     """``limits``: the model's, when already read."""
@@ -139,7 +158,10 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
         dtype = simulated_dtype(cfg.sim_device, cfg.dtype)
         return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, host,
                           simulated_cost_model(cfg, hf))
-    dtype, device, per_rank, available = cfg.torch_dtype, cfg.torch_device, hf, None
+    import torch
+
+    dtype, device = torch_run_dtype(cfg.dtype, host.device_type), torch.device(host.device_type)
+    per_rank, available = hf, None
     if cfg.world_size > 1:
         # Each rank's weights and KV heads (the first stage's, the most); ranks on a CPU share
         # its memory, GPUs have their own.
@@ -149,6 +171,21 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
         available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
     blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)
     return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, host)
+
+
+def torch_run_dtype(dtype: str, device_type: str) -> torch.dtype:
+    """What runs for ``dtype`` on this host; bfloat16 running as float32 is said once."""
+    import torch
+
+    if (runs := run_dtype(dtype, device_type)) != dtype:
+        _warn_bf16_fallback()
+    return getattr(torch, runs)
+
+
+@functools.cache
+def _warn_bf16_fallback() -> None:
+    # Not warnings.warn: one line, once per process, without a source line.
+    log.warning("dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions")
 
 
 def scheduler_config_of(cfg: EngineConfig, max_model_len: int) -> SchedulerConfig:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab.config import cpu_has_bf16_units
+from sarathi_lab.host_features import cpu_has_bf16_units
 from sarathi_lab.measure.bench import (
     attention_reread,
     ceilings,
@@ -282,7 +282,7 @@ class _Stop(Exception):
 def test_iteration_measures_its_ceilings_in_the_dtype_the_engine_runs(monkeypatch):
     # --dtype bfloat16 on a CPU without bf16 units: the engine runs float32, and a bfloat16 matmul
     # ceiling (emulated, several times slower) put the floor above the iteration (ratio 0.5).
-    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
+    monkeypatch.setattr("sarathi_lab.host_features.cpu_has_bf16_units", lambda: False)
     measured = []
 
     def ceilings(device, dtype, **_):
@@ -296,7 +296,7 @@ def test_iteration_measures_its_ceilings_in_the_dtype_the_engine_runs(monkeypatc
 
 
 def test_overhead_labels_the_dtype_the_engine_runs(monkeypatch, capsys):
-    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
+    monkeypatch.setattr("sarathi_lab.host_features.cpu_has_bf16_units", lambda: False)
     monkeypatch.setattr(overhead, "measure", lambda llm, prompts, new: {"overhead_fraction": 0.01})
     overhead.main([*SMOKE, "--device", "cpu", "--dtype", "bfloat16", "--schedulers", "sarathi"])
     assert "| dtype float32 |" in capsys.readouterr().out

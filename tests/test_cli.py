@@ -40,9 +40,11 @@ def test_help_and_import_load_no_engine():
                    "print(LLM.__name__, EngineConfig().chunk_size)") == "LLM 512"
 
 
-def test_the_bf16_fallback_is_one_line():
-    code = ("import sarathi_lab.config as c\nc.cpu_has_bf16_units = lambda: False\n"
-            "cfg = c.EngineConfig(device='cpu')\nprint(cfg.torch_dtype, cfg.torch_dtype)")
+def test_the_bf16_fallback_is_one_line_said_once_by_the_plan():
+    code = ("import sarathi_lab.host_features as h\nh.cpu_has_bf16_units = lambda: False\n"
+            "from sarathi_lab.config import EngineConfig\nfrom sarathi_lab.plan import plan_engine\n"
+            "cfg = EngineConfig(device='cpu', max_model_len=64, num_kv_blocks=16)\n"
+            "print(plan_engine(cfg).dtype, plan_engine(cfg).dtype)")
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, env=ENV)
     assert err.stdout.strip() == "torch.float32 torch.float32"
     assert err.stderr.strip() == "dtype='bfloat16' runs as float32: this CPU has no bf16 matrix instructions"

@@ -94,10 +94,10 @@ def test_restore_from_a_damaged_archive_is_refused_naming_it_and_writes_no_half_
 # run's entry point as `python -m sarathi_lab.run` does, after the patches that make the refusal this
 # machine's whatever it is: memory as a 20 GiB machine has it, a CPU with bf16 units and no float16.
 PATCHES = ("import runpy, sys\n"
-           "import sarathi_lab.config as config, sarathi_lab.model.memory as memory\n"
+           "import sarathi_lab.host_features as host, sarathi_lab.model.memory as memory\n"
            "import sarathi_lab.plan as plan\n"
            "memory.device_memory_bytes = lambda device: 20 * 2**30\n"
-           "config.cpu_has_bf16_units = lambda: True\n"
+           "host.cpu_has_bf16_units = lambda: True\n"
            "plan.cpu_has_onednn_fp16 = lambda: False\n"
            "sys.argv = ['sarathi_lab.run', *sys.argv[1:]]\n"
            "runpy.run_module('sarathi_lab.run', run_name='__main__')\n")

@@ -312,7 +312,7 @@ def test_bad_values_give_one_line_naming_key_value_and_allowed(overrides, line):
 ])
 def test_weights_are_refused_apart_from_the_cpu_gemms_packed_copies(monkeypatch, bf16_units, line):
     monkeypatch.setattr("sarathi_lab.model.memory.device_memory_bytes", lambda device: 20 * 2**30)
-    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: bf16_units)
+    monkeypatch.setattr("sarathi_lab.host_features.cpu_has_bf16_units", lambda: bf16_units)
     with pytest.raises(ConfigError, match=line):
         _check(["model=llama2-7b", "device=cpu"])
     if bf16_units:

@@ -12,10 +12,11 @@ import dataclasses
 import pytest
 import torch
 
-from sarathi_lab.config import DTYPES, ConfigError, EngineConfig, run_dtype
+from sarathi_lab.config import DTYPES, ConfigError, EngineConfig
 from sarathi_lab.harness.compose import compose_config
 from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
+from sarathi_lab.host_features import run_dtype
 from sarathi_lab.measure.profiling import isa
 from sarathi_lab.measure.profiling.machine import fast_dtype
 from sarathi_lab.model import cpu_linear
@@ -33,10 +34,10 @@ FLOAT16_REFUSAL = ("dtype='float16' is invalid: this CPU's oneDNN has no float16
 def kind(request, monkeypatch):
     """This process answering the feature probes as the kind does, on a machine without a GPU."""
     bf16_units, fp16 = KINDS[request.param]
-    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: bf16_units)
+    monkeypatch.setattr("sarathi_lab.host_features.cpu_has_bf16_units", lambda: bf16_units)
     monkeypatch.setattr("sarathi_lab.plan.cpu_has_onednn_fp16", lambda: fp16)
     monkeypatch.setattr("sarathi_lab.model.cpu_linear.cpu_has_onednn_fp16", lambda: fp16)
-    monkeypatch.setattr("sarathi_lab.config.cuda_available", lambda: False)
+    monkeypatch.setattr("sarathi_lab.host_features.cuda_available", lambda: False)
     # The simulated CPU's ceilings are measured on this machine: borrowed here, as no unit test measures.
     from sarathi_lab.sim import load_device
 

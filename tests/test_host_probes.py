@@ -40,8 +40,11 @@ def unprobed(monkeypatch):
     {"tensor_parallel": 64, "device": "cuda"}, {"attention_hybrid": "pod"},
     {"executor": "sim", "sim_device": "cpu", "dtype": "float16"},
 ])
-def test_a_config_builds_without_probing_the_host(unprobed, settings):
-    assert EngineConfig(**settings).device == settings.get("device", "auto")
+def test_a_config_builds_and_reads_without_probing_the_host(unprobed, settings):
+    cfg = EngineConfig(**settings)
+    # Every attribute read, properties too: what the device or dtype resolve to is the plan's.
+    read = {name: getattr(cfg, name) for name in dir(cfg) if not name.startswith("_")}
+    assert read["device"] == settings.get("device", "auto")
 
 
 def test_a_run_config_parses_without_probing_the_host(unprobed):
@@ -54,8 +57,18 @@ def test_the_plan_records_what_it_probed():
     small = {"max_model_len": 64, "num_kv_blocks": 16}
     plan = plan_engine(EngineConfig(device="cpu", dtype="float32", **small))
     assert plan.host == HostFacts(cores=len(os.sched_getaffinity(0)), device_type="cpu")
+    assert plan.device == torch.device("cpu")
     sim = plan_engine(EngineConfig(executor="sim", **small))
-    assert sim.host.device_type is None and sim.host.cuda_devices is None
+    assert sim.host.device_type is None and sim.host.cuda_devices is None and sim.device is None
+
+
+def test_auto_resolves_to_cuda_only_where_this_host_has_it(monkeypatch):
+    small = {"max_model_len": 64, "num_kv_blocks": 16, "dtype": "float32"}
+    monkeypatch.setattr("sarathi_lab.host_features.cuda_available", lambda: False)
+    assert plan_engine(EngineConfig(**small)).host.device_type == "cpu"
+    monkeypatch.setattr("sarathi_lab.host_features.cuda_available", lambda: True)
+    assert probe_host(EngineConfig(**small)).device_type == "cuda"
+    assert probe_host(EngineConfig(device="cpu", **small)).device_type == "cpu"
 
 
 def test_the_plan_refuses_what_this_host_cannot_run(monkeypatch):

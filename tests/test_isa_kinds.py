@@ -17,7 +17,7 @@ from sarathi_lab.measure.profiling.machine import cpu_flags
 EXPECTED = {"avx2": "False False 8 AVX2", "avx512-vnni": "True False 16 AVX512", "avx512-bf16": "True True 16 AVX512"}
 PROBE = ("from sarathi_lab.measure.profiling import isa; isa.apply(); import torch; "
          "from sarathi_kernels import cpu_ops;"
-         "from sarathi_lab.config import cpu_has_bf16_units;"
+         "from sarathi_lab.host_features import cpu_has_bf16_units;"
          "print(torch.cpu._is_avx512_supported(), cpu_has_bf16_units(), cpu_ops._tile_columns(),"
          " torch.backends.cpu.get_cpu_capability())")
 

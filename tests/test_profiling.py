@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from sarathi_lab import LLM
-from sarathi_lab.config import cpu_has_bf16_units
 from sarathi_lab.engine.timer import best_time, median_time, time_calls
+from sarathi_lab.host_features import cpu_has_bf16_units
 from sarathi_lab.measure.profiling import machine
 from sarathi_lab.measure.profiling.attention import context_slot_mapping, paged_batch
 from sarathi_lab.measure.profiling.batches import SyntheticBatches

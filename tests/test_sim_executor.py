@@ -111,11 +111,11 @@ def test_a_model_too_large_for_the_device_fails_with_one_line():
 def test_bfloat16_on_a_cpu_without_bf16_units_is_simulated_in_float32(monkeypatch):
     import torch
 
-    # The engine runs bfloat16 as float32 there (EngineConfig.torch_dtype): its KV blocks and memory
+    # The engine runs bfloat16 as float32 there (the plan's dtype): its KV blocks and memory
     # traffic are 4 bytes an element, so the simulation's must be; the profile cost model already was.
     from sarathi_lab.sim import load_device
 
-    monkeypatch.setattr("sarathi_lab.config.cpu_has_bf16_units", lambda: False)
+    monkeypatch.setattr("sarathi_lab.host_features.cpu_has_bf16_units", lambda: False)
     ceilings = dataclasses.replace(load_device("a100"), name="cpu")  # no measuring in a unit test
     monkeypatch.setattr("sarathi_lab.sim.device.cpu_device", lambda dtype="bfloat16": ceilings)
     cm = CostModel.for_device("cpu", "tiny", "roofline", "bfloat16")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sarathi_lab.config import AS_WRITTEN, ConfigError, EngineConfig, named_as
+from sarathi_lab.host_features import resolve_device
 
 # Budgets searched: past this the iteration is far longer than any TBT SLO on any device we model.
 MAX_BUDGET = 1 << 16
@@ -42,7 +43,7 @@ def budget_cost_model(engine: EngineConfig):
 
     if engine.kind.simulated:
         device, kind = engine.sim_device, engine.sim_cost_model
-    elif engine.device_type == "cpu":
+    elif resolve_device(engine.device) == "cpu":
         device = "cpu"
         kind = "profile" if profile_path("cpu", engine.model).is_file() else "roofline"
     else:

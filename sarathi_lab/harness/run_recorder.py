@@ -44,7 +44,7 @@ class RunRecorder:
         directory.mkdir(parents=True, exist_ok=True)
         llm = self.llm
         # A simulation runs on the host's CPU, whatever device the engine's config names.
-        device = "cpu" if llm.config.kind.simulated else llm.config.torch_device
+        device = "cpu" if llm.config.kind.simulated else llm.device
         environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm,
                                           self._machine(), llm.cuda_graphs)
         write_results(directory, tables, RunResult(
@@ -92,7 +92,7 @@ class RunRecorder:
         if self.cfg.engine.kind.runs_model:
             from sarathi_lab.attention.backend import interpreted
 
-            if why := interpreted(self.llm.config.attention, self.llm.config.torch_device):
+            if why := interpreted(self.llm.config.attention, self.llm.device):
                 # Whatever the load: the times are the interpreter's, not the engine's.
 
                 machine |= {"timing_unreliable": True, "timing_note": why}

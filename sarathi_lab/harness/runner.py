@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
 
 from sarathi_lab import LLM, ConfigError, SamplingParams
-from sarathi_lab.config import EngineConfig, named_as
+from sarathi_lab.config import named_as
 from sarathi_lab.harness.preflight import Checked, preflight
 from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sarathi_lab.harness.vllm_engine import VllmLLM
+    from sarathi_lab.plan import EnginePlan
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
     if finished and _keep_finished_run(cfg, resolved_config, out, ctx.sweep_job, inputs):
         return "skipped"
     checked = preflight(cfg)
-    _open_run_dir(ctx, finished, checked.plan.config)
+    _open_run_dir(ctx, finished, checked.plan)
     llm = _build_llm(cfg, checked)
     recorder = RunRecorder(
         cfg, llm, resolved_config, ctx.overrides, inputs,
@@ -103,7 +104,7 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
     return "ok"
 
 
-def _open_run_dir(ctx: RunContext, finished: bool, engine: EngineConfig) -> None:
+def _open_run_dir(ctx: RunContext, finished: bool, plan: EnginePlan) -> None:
     """Clears an earlier attempt's leavings, writes Hydra's record, marks the run running."""
     if finished:
         shutil.rmtree(ctx.status_dir, ignore_errors=True)
@@ -114,7 +115,7 @@ def _open_run_dir(ctx: RunContext, finished: bool, engine: EngineConfig) -> None
         (ctx.status_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, ctx.status_dir / ".hydra" / name)
-    if engine.kind.runs_model and engine.device_type == "cpu":
+    if plan.config.kind.runs_model and plan.host.device_type == "cpu":
         # Before `running`: a library killing the process as it loads leaves no live-looking run.
         cpu_build.library()
     write_status(ctx.status_dir, "running")

@@ -75,7 +75,7 @@ def vllm_args(plan: EnginePlan, model_dir: str) -> VllmArgs:
         # None (no cap): every waiting prompt of a full batch fits one prefill iteration.
         tokens = (cfg.scheduler_knobs.get("max_num_batched_tokens")
                   or plan.max_model_len * cfg.max_batch_size)
-    block = (math.lcm(cfg.block_size, CPU_BLOCK_MULTIPLE) if cfg.device_type == "cpu"
+    block = (math.lcm(cfg.block_size, CPU_BLOCK_MULTIPLE) if plan.host.device_type == "cpu"
              else cfg.block_size)
     return VllmArgs(model=model_dir, dtype=str(plan.dtype).removeprefix("torch."),
                     max_num_seqs=cfg.max_batch_size, max_num_batched_tokens=tokens,

@@ -109,7 +109,7 @@ class VllmLLM:
 
         self.plan, self.config = plan, plan.config
         self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
-        self.num_kv_blocks, self.dtype = plan.num_kv_blocks, plan.dtype
+        self.num_kv_blocks, self.dtype, self.device = plan.num_kv_blocks, plan.dtype, plan.device
         self.cpu_gemm, self.cuda_graphs = None, None
         self.vllm_version = vllm_version()
         self._weights = tempfile.TemporaryDirectory(prefix="sarathi_vllm_")

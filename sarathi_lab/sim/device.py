@@ -14,7 +14,8 @@ import yaml
 from sarathi_kernels.cpu_build import cpuinfo
 
 from sarathi_lab import host_memory
-from sarathi_lab.config import DTYPE_BYTES, ConfigError, check_choice, run_dtype
+from sarathi_lab.config import DTYPE_BYTES, ConfigError, check_choice
+from sarathi_lab.host_features import run_dtype
 from sarathi_lab.sim.calibration import Calibration, check_keys
 
 # calibration_cli writes their fitted part

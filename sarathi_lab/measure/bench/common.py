@@ -11,11 +11,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.config import CPU_LINEARS, DTYPES, EngineConfig
+from sarathi_lab.config import CPU_LINEARS, DTYPES
 from sarathi_lab.engine.timer import CLOCKS
-from sarathi_lab.host_features import usable_cores
+from sarathi_lab.host_features import resolve_device, usable_cores
 from sarathi_lab.measure.bench.args import table_path, thread_count
-from sarathi_lab.measure.profiling.machine import default_device, fast_dtype, machine_record
+from sarathi_lab.measure.profiling.machine import fast_dtype, machine_record
+from sarathi_lab.plan import torch_run_dtype
 
 
 def device_arg(text: str) -> str:
@@ -30,7 +31,7 @@ def device_arg(text: str) -> str:
 
 def add_common_args(parser: argparse.ArgumentParser, clock: bool = False,
                     engine: bool = False) -> None:
-    parser.add_argument("--device", type=device_arg, default=default_device())
+    parser.add_argument("--device", type=device_arg, default=resolve_device("auto"))
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                         help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
     if engine:
@@ -71,7 +72,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, **smoke) -> a
     if "dtype" in args:
         dtype = fast_dtype(args.device) if args.dtype == "auto" else args.dtype
         if "model" in args:  # bfloat16 without bf16 units runs float32
-            dtype = str(EngineConfig(model=args.model, device=args.device, dtype=dtype).torch_dtype)
+            dtype = str(torch_run_dtype(dtype, args.device))
         args.dtype = dtype.removeprefix("torch.")
         args.torch_dtype = getattr(torch, args.dtype)
     return args

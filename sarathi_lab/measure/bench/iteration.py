@@ -47,7 +47,7 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
               clock: str = "wall") -> dict:
     executor = llm.engine.executor
     prefills = [case["prefill"]] if case["prefill"] else []
-    timer = make_clock(clock, llm.config.torch_device)
+    timer = make_clock(clock, llm.device)
     with batches.made(prefills, case["decodes"], decode_context) as batch:
         prepared = executor.runner.prepare(batch)
         prep_s = median_time(lambda: executor.runner.prepare(batch), reps, timer)

@@ -186,7 +186,7 @@ def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
     clock = llm.engine.clock
     rows = []
     for n in sizes:
-        hidden = torch.randn(n, model.config.hidden_size, device=llm.config.torch_device)
+        hidden = torch.randn(n, model.config.hidden_size, device=llm.device)
         hidden = hidden.to(llm.dtype)
         logits = model.lm_head(model.norm(hidden))
         head_s = median_time(lambda h=hidden: model.lm_head(model.norm(h)), reps, clock)
@@ -210,7 +210,7 @@ def _torch_dtype(llm) -> str:
 
 
 def _device(llm) -> tuple[str, str | None]:
-    torch_device = llm.config.torch_device
+    torch_device = llm.device
     gpu = torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else None
     return ("cpu" if gpu is None else device_slug(gpu)), gpu
 
@@ -248,7 +248,7 @@ def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
     path = own_profile_path(device, cfg.model.engine_model)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False)
-    machine = (machine_record() | {"device": device, "torch_device": str(llm.config.torch_device)}
+    machine = (machine_record() | {"device": device, "torch_device": str(llm.device)}
                | ({"gpu": gpu} if gpu is not None else {}))
     keys = ("model", "dtype", "attention", "block_size", "cpu_linear")
     settings = {k: getattr(llm.config, k) for k in keys}

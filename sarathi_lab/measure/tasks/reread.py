@@ -42,7 +42,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
         shape = llm.plan.shape
         attention = measure_reread(prompt_len, cfg.chunk, num_heads=shape.heads,
                                    num_kv_heads=shape.kv_heads, head_dim=shape.head_dim,
-                                   dtype=llm.dtype, device=llm.config.torch_device,
+                                   dtype=llm.dtype, device=llm.device,
                                    attention=llm.config.attention,
                                    block_size=llm.config.block_size, reps=10 * reps)
     prompt = [i % llm.model_config.vocab_size for i in range(prompt_len)]

@@ -96,7 +96,7 @@ def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
     try:
         _command(group, command(BUILD), cfg.collective_timeout_s)
         dist.broadcast_object_list([spec], 0, group=group.control)
-        groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s,
+        groups = engine_groups(group, spec.device_type, cfg.collective_timeout_s,
                                cfg.tensor_parallel)
         part = build_rank(spec, group, groups)
         bounded(dist.barrier(group=group.control, async_op=True), BUILD_TIMEOUT_S)

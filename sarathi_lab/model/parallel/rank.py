@@ -32,6 +32,7 @@ class RankSpec:
     max_model_len: int
     num_kv_blocks: int
     dtype: torch.dtype
+    device_type: str  # the plan's, auto resolved
 
 
 @dataclass
@@ -48,7 +49,7 @@ class RankPart:
 def build_rank(spec: RankSpec, group: RankGroup, groups: EngineGroups) -> RankPart:
     cfg = spec.config
     tp, pp = cfg.tensor_parallel, cfg.pipeline_parallel
-    device = group.device(cfg.device_type)
+    device = group.device(spec.device_type)
     if device.type == "cpu":
         torch.set_num_threads(threads_per_rank(group.size, cfg.num_threads))
         reuse_freed_memory()

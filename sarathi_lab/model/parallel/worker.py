@@ -66,7 +66,7 @@ def serve(group: RankGroup) -> None:
             part = None  # the previous engine's shard goes before the next one is built
             gc.collect()
             cfg = spec[0].config
-            groups = engine_groups(group, cfg.device_type, cfg.collective_timeout_s,
+            groups = engine_groups(group, spec[0].device_type, cfg.collective_timeout_s,
                                    cfg.tensor_parallel)
             wire, timeout_s = groups.wire, cfg.collective_timeout_s
             part = build_rank(spec[0], group, groups)

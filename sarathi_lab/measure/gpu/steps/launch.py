@@ -72,7 +72,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     counted = [(c, d) for c, d in COUNTED if (c, d) in cases]
     for chunk, decodes in counted:
         key = label(chunk, decodes)
-        static = static_counts(llm, chunk, decodes, context, llm.config.torch_device)
+        static = static_counts(llm, chunk, decodes, context, llm.device)
         metrics += [Metric(f"kernels_per_layer_{name}[{key}]", len(static[name]))
                     for name in STAGES]
         counts.append(f"kernels a layer [{key}], static: "
