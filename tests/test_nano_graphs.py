@@ -10,6 +10,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from sarathi_kernels.attention_plan import TileConfig, WorkTiles
+from sarathi_kernels.occupancy import GpuLimits
+from sarathi_kernels.split_rule import SplitRule
 
 from sarathi_lab import LLM
 from sarathi_lab.attention import triton_backend
@@ -142,8 +145,13 @@ def test_a_batch_cut_off_its_bucket_s_cut_or_co_scheduled_runs_eagerly(cut_engin
         assert graphs.graph_for(prepared) is None
 
 
-def test_cut_graphs_replay_the_sequential_engine_s_tokens(monkeypatch):
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu-plan", "gpu-plan"])
+def test_cut_graphs_replay_the_sequential_engine_s_tokens(gpu, monkeypatch):
     llm = engine("sarathi")
+    if gpu:  # planned for a GPU of 8 SMs with short key tiles: balanced work in both nano-batches
+        backend = llm.engine.executor.runner.model.backend
+        backend.limits, backend.rule = GpuLimits(num_sms=8), SplitRule(min_key_tiles=1)
+        backend.tiles = WorkTiles(TileConfig(16, 16), TileConfig(64, 16), TileConfig(128, 16, 8))
     sequential = llm.generate(MIXED_PROMPTS, max_new_tokens=MIXED_NEW_TOKENS)
     runner = llm.engine.executor.runner
     # A tile of 16 rows, so that the tiny model's hybrid batches (up to 38 tokens) are cut.
@@ -151,7 +159,7 @@ def test_cut_graphs_replay_the_sequential_engine_s_tokens(monkeypatch):
     graphs = CudaGraphs(runner, MAX_BATCH, MAX_LEN // BLOCK, CHUNK + MAX_BATCH, replayed_capture)
     assert graphs.record["nano_graphs"] == [[32, 16], [48, 16]]
     replay, attend = graphs.replay, triton_backend.paged_attention
-    replays, checked, calls, replaying = [], [], {}, []
+    replays, checked, calls, replaying, balanced = [], [], {}, [], []
 
     def checked_replay(prepared, graph):
         replays.append((graph.cut, prepared.nano is not None))
@@ -163,6 +171,8 @@ def test_cut_graphs_replay_the_sequential_engine_s_tokens(monkeypatch):
         if graph.cut:
             assert_replay_reads_split_meta(graphs, graph, prepared)
             checked.append(graph)
+            balanced.extend(launch.balanced is not None for part in prepared.nano
+                            for launch in part.meta.plan.launches() if launch.working_tiles)
         return out
 
     def spied_attention(*args, **kwargs):
@@ -178,6 +188,7 @@ def test_cut_graphs_replay_the_sequential_engine_s_tokens(monkeypatch):
     finally:
         runner.overlap = NO_OVERLAP
     assert checked, "some cut batch replayed its cut graph"
+    assert balanced and all(balanced) == gpu
     assert all(bool(cut) == nano for cut, nano in replays), "a cut batch replays only a cut graph"
     # Each nano-batch's attention gets the host values fixed at its graph's capture, whatever the batch.
     buffers = [part.split_counts for part in graphs.nano.parts]
