@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 def bucket_cut(rule: OverlapRule, bucket: int) -> int | None:
     """The cut of a batch filling ``bucket``. Buckets past one GEMM tile end at its multiples, so
     every batch of such a bucket spans as many tiles and is cut at the same token, unless its
-    prefill tokens end before (a batch of more decodes than a tile holds): that one runs eagerly."""
+    prefill ends before (in a two-tile bucket, or beside more than a tile of decodes): that one
+    runs eagerly."""
     return rule.cut(bucket, bucket, 1)
 
 
