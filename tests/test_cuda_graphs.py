@@ -34,6 +34,7 @@ from sarathi_lab.model.cuda_graphs import (
     graph_sizes,
     token_buckets,
 )
+from sarathi_lab.model.nano_batch import NO_OVERLAP
 from tests.test_pod_attention import always
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # padded rows' 0/0
@@ -96,7 +97,7 @@ def fake_runner(heads: tuple[int, int] = (4, 4), limits: GpuLimits | None = None
     backend = TritonAttention(limits=limits) if name == "triton" else SimpleNamespace(name=name, replayable=False)
     cache = torch.zeros(1, BLOCK, heads[1], 128, dtype=torch.bfloat16)
     model = SimpleNamespace(backend=backend, config=SimpleNamespace(num_attention_heads=heads[0]))
-    return SimpleNamespace(model=model, kv_caches=[(cache, cache)], device=torch.device("cpu"))
+    return SimpleNamespace(model=model, kv_caches=[(cache, cache)], device=torch.device("cpu"), overlap=NO_OVERLAP)
 
 
 def fake_graphs(max_batch: int, max_blocks: int, mixed_tokens: int | None, heads: tuple[int, int] = (4, 4),
@@ -139,13 +140,6 @@ def test_a_batch_replays_the_smallest_graph_that_holds_it_and_else_runs_eagerly(
     smaller = [g for g in graphs.graphs if g.decode == graph.decode and g.tokens < graph.tokens]
     assert all(g.tokens < tokens or g.requests < requests for g in smaller), "not the smallest that holds it"
     assert batch.meta.plan.replays_in(graphs.plans[graph])
-
-
-def test_a_nano_batched_batch_runs_eagerly():
-    graphs, batch = fake_graphs(18, 8, 1024), fake_batch(529, 1, 17, 4)
-    assert graphs.graph_for(batch) is not None
-    batch.nano = ("two", "nano-batches")
-    assert graphs.graph_for(batch) is None
 
 
 def test_graphs_are_captured_largest_first_into_one_pool():

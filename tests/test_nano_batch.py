@@ -218,3 +218,22 @@ def test_nano_batches_give_the_same_tokens_through_the_triton_attention():
         assert prepared.nano[0].meta.num_prefill_tokens == cut
         assert torch.equal(whole.argmax(-1), split.argmax(-1))
         assert (whole - split).abs().max() / whole.abs().max() <= COMPILED_TOLERANCE[torch.float32]
+
+
+def test_an_op_breakdown_of_a_cut_batch_is_refused_in_one_line(llm):
+    # The hooks sync the device at every op, which serialises the two streams: no honest split.
+    from sarathi_lab.profiling.ops import time_by_op
+
+    runner, batches = llm.engine.executor.runner, SyntheticBatches(llm, seed=0)
+    runner.overlap = OverlapRule("nano_batch", min_tokens=1, tile=16)
+    try:
+        with batches.made([(40, 0)], 3, 60) as batch, pytest.raises(ConfigError) as e:
+            time_by_op(llm, batch, reps=1)
+        assert str(e.value).startswith("engine.overlap='nano_batch' is invalid with an op breakdown of a "
+                                       "batch it cuts (43 tokens, 3 decodes: nano-batches at token 16)")
+        assert "\n" not in str(e.value)
+        with batches.made([(40, 0)], 0, 60) as batch:  # prefill alone: never cut, split as before
+            ops = time_by_op(llm, batch, reps=1)
+        assert ops["attention"] > 0 and ops["total"] > 0
+    finally:
+        runner.overlap = NO_OVERLAP

@@ -1,6 +1,7 @@
-"""CUDA graphs of decode and mixed forwards, replayed with each batch copied into persistent
-buffers (as vLLM v1). Only a backend reading every per-batch value from device tensors replays:
-the launches read the host plan's split counts from device integers, so a replay splits the same."""
+"""CUDA graphs of decode and mixed forwards (mixed ones whole, or cut into nano-batches:
+nano_graphs.py), replayed with each batch copied into persistent buffers (as vLLM v1). Only a
+backend reading every per-batch value from device tensors replays: the launches read the host
+plan's split counts from device integers, so a replay splits the same."""
 from __future__ import annotations
 
 import time
@@ -11,6 +12,7 @@ import torch
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata, backend_class, backend_names
 from sarathi_lab.engine.tiles import GEMM_TILE
+from sarathi_lab.model.nano_graphs import NanoGraphs
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 Capture = Callable[[Callable[[], torch.Tensor], object],
@@ -66,8 +68,9 @@ class Graph(NamedTuple):
     decode: bool
     tokens: int
     requests: int
-    prefill_tiles: object = None
+    prefill_tiles: object = None  # a cut graph's: its two nano-batches' (nano_graphs.py)
     pod: bool = False
+    cut: int = 0  # the first nano-batch's tokens; 0: the batch runs whole
 
 
 class CudaGraphs:
@@ -106,10 +109,17 @@ class CudaGraphs:
         pod = getattr(backend, "hybrid", "sequential") == "pod"
         self.pod_graphs = ([Graph(False, b, min(max_batch, b), pod=True) for b in self.buckets]
                            if pod else [])
+        self.nano = NanoGraphs(self, runner.overlap, max_batch, max_blocks)
         max_seq_len = max_blocks * self.k_cache.shape[1]
-        every = [*self.decode_graphs.values(), *self.mixed_graphs, *self.pod_graphs]
+        every = [*self.decode_graphs.values(), *self.mixed_graphs, *self.pod_graphs,
+                 *self.nano.graphs]
         self.plans = {graph: self._attention_plan(graph, max_seq_len) for graph in every}
+        self.record = self._capture(runner, every, capture)
+
+    def _capture(self, runner: ModelRunner, every: list[Graph], capture: Capture) -> dict:
+        """Every graph captured; what was captured, for the run's record."""
         self.graphs: dict[Graph, tuple[Callable[[], None], torch.Tensor]] = {}
+        dev = runner.device
         cuda = dev.type == "cuda"
         reserved_before = torch.cuda.memory_reserved(dev) if cuda else None
         start, pool = time.perf_counter(), None
@@ -120,12 +130,14 @@ class CudaGraphs:
             self.graphs[graph] = (replay, out)
         if cuda:
             torch.cuda.synchronize(dev)
-        self.record = {
-            "decode_sizes": self.sizes, "mixed_tokens": self.buckets, "mixed_requests": max_batch,
+        return {
+            "decode_sizes": self.sizes, "mixed_tokens": self.buckets,
+            "mixed_requests": self.block_tables.shape[0],
             "graphs": len(self.graphs),
             "mixed_tiles": [[g.tokens, g.prefill_tiles.block_m, g.prefill_tiles.num_warps]
                             for g in self.mixed_graphs],
             "pod_graphs": len(self.pod_graphs),
+            "nano_graphs": [[g.tokens, g.cut] for g in self.nano.graphs],
             "capture_s": round(time.perf_counter() - start, 3),
             "pool_bytes": pool_bytes(pool) if cuda else None,
             "reserved_before_bytes": reserved_before,
@@ -147,6 +159,8 @@ class CudaGraphs:
         return kept
 
     def _attention_plan(self, graph: Graph, max_seq_len: int):
+        if graph.cut:
+            return self.nano.plans(graph, max_seq_len)
         if graph.pod:
             return self.backend.graph_pod(graph.tokens, graph.requests, self.num_heads,
                                           self.k_cache)
@@ -169,14 +183,17 @@ class CudaGraphs:
             num_prefill_tokens=0 if graph.decode else t, query_start_loc=starts,
             seq_lens=self.seq_lens[:r], block_tables=self.block_tables[:r],
             slot_mapping=self.slots[:t], query_lens_host=query_lens, seq_lens_host=[0] * r,
-            max_query_len=hint, plan=self.plans[graph])
-        return PreparedBatch(self.input_ids[:t], self.positions[:t], meta, rows)
+            max_query_len=hint, plan=None if graph.cut else self.plans[graph])
+        nano = self.nano.padded(graph) if graph.cut else None
+        return PreparedBatch(self.input_ids[:t], self.positions[:t], meta, rows, nano)
 
     def graph_for(self, prepared: PreparedBatch) -> Graph | None:
         """The smallest graph running this batch's attention as its eager forward would."""
         meta = prepared.meta
-        if meta.block_tables.shape[1] > self.block_tables.shape[1] or prepared.nano is not None:
+        if meta.block_tables.shape[1] > self.block_tables.shape[1]:
             return None
+        if prepared.nano is not None:
+            return self.nano.graph_for(prepared)
         requests, tokens = meta.num_prefills + meta.num_decodes, prepared.input_ids.shape[0]
         if self.pod_graphs and self.backend.co_schedules(meta, self.num_heads, self.k_cache):
             return next((g for g in self.pod_graphs
@@ -192,20 +209,39 @@ class CudaGraphs:
         return self.plans[graph].with_split_counts(self.split_counts[:, 0].tolist())
 
     def replay(self, prepared: PreparedBatch, graph: Graph) -> torch.Tensor:
+        sampled = prepared.logits_indices.shape[0]
+        self._load_tokens(prepared, graph)
+        if graph.cut:
+            self.nano.load(prepared, graph)
+        else:
+            self._load_meta(prepared, graph)
+        replay, out = self.graphs[graph]
+        replay()
+        return out[:sampled]
+
+    def _load_tokens(self, prepared: PreparedBatch, graph: Graph) -> None:
+        t, sampled = prepared.input_ids.shape[0], prepared.logits_indices.shape[0]
+        self.input_ids[:t].copy_(prepared.input_ids, non_blocking=True)
+        self.positions[:t].copy_(prepared.positions, non_blocking=True)
+        self.slots[:t].copy_(prepared.meta.slot_mapping, non_blocking=True)
+        # Padded tokens write no key (slot -1); their stale ids and positions are valid and never
+        # sampled.
+        if t < graph.tokens:
+            self.slots[t : graph.tokens].fill_(-1)
+        if not graph.decode:
+            self.sampled_rows[:sampled].copy_(prepared.logits_indices, non_blocking=True)
+            # Row 0 lies inside every bucket; a stale row may lie past a smaller one.
+            if sampled < graph.requests:
+                self.sampled_rows[sampled : graph.requests].fill_(0)
+
+    def _load_meta(self, prepared: PreparedBatch, graph: Graph) -> None:
         meta = prepared.meta
         t, n, width = (prepared.input_ids.shape[0], meta.num_prefills + meta.num_decodes,
                        meta.block_tables.shape[1])
-        sampled = prepared.logits_indices.shape[0]
-        self.input_ids[:t].copy_(prepared.input_ids, non_blocking=True)
-        self.positions[:t].copy_(prepared.positions, non_blocking=True)
-        self.slots[:t].copy_(meta.slot_mapping, non_blocking=True)
         self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
         # Entries past a request's context are never read, so the rest of its row may stay stale.
         self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
-        # Padded tokens write no key (slot -1), padded requests read no cache (context 0); their
-        # stale ids and positions are valid and never sampled.
-        if t < graph.tokens:
-            self.slots[t : graph.tokens].fill_(-1)
+        # Padded requests read no cache (context 0).
         if n < graph.requests:
             self.seq_lens[n : graph.requests].fill_(0)
         if not graph.decode:
@@ -213,18 +249,11 @@ class CudaGraphs:
             # Query length 0: every padded request starts where the real tokens end.
             if n < graph.requests:
                 self.query_start_loc[n + 1 : graph.requests + 1].fill_(t)
-            self.sampled_rows[:sampled].copy_(prepared.logits_indices, non_blocking=True)
-            # Row 0 lies inside every bucket; a stale row may lie past a smaller one.
-            if sampled < graph.requests:
-                self.sampled_rows[sampled : graph.requests].fill_(0)
         if graph.pod:
             self.backend.load_pod(self.plans[graph], meta, self.num_heads, self.k_cache)
         else:
             plan = self.backend.batch_plan(meta, self.num_heads, self.k_cache)
             self.backend.set_split_counts(self.split_counts, plan, self.plans[graph])
-        replay, out = self.graphs[graph]
-        replay()
-        return out[:sampled]
 
 
 def pool_bytes(pool) -> int | None:

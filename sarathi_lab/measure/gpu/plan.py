@@ -71,7 +71,8 @@ HEAD: tuple[Step, ...] = (
          "(measure/profiling/attention_sweep.py, "
          "gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)"),
     Step("engine", 0.9, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
-         "schedulers x attention triton and torch; bf16 first tokens"),
+         "schedulers x attention triton and torch; bf16 first tokens; overlap=nano_batch's tokens "
+         "vs none's, its cut batches replayed from the engine's cut graphs"),
     Step("overhead", 0.2, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
          "each decode-only and hybrid iteration's time outside "
          "the forward pass (target < 5%), and its stalls"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.sim.profiles import OPS
 
@@ -26,6 +27,7 @@ def forward_timer(llm, batch: ScheduledBatch, eager: bool = False):
 
 
 def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
+    refuse_cut(llm, batch)
     forward = forward_timer(llm, batch)
     totals = [forward() for _ in range(reps)]
     eager = forward_timer(llm, batch, eager=True)
@@ -65,3 +67,17 @@ def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
     # saves are spread over the ops in proportion, so that a stacked split is the measured time.
     scale = total / sum(split.values())
     return {"total": total} | {op: t * scale for op, t in split.items()}
+
+
+def refuse_cut(llm, batch: ScheduledBatch) -> None:
+    """A batch run as two nano-batches has no honest split here: the hooks' device syncs serialise
+    its two streams, and an op's time beside the other stream's is not its share of the forward."""
+    rule = llm.engine.executor.runner.overlap
+    at = rule.cut(batch.num_tokens, batch.num_prefill_tokens, len(batch.decodes))
+    if at is not None:
+        raise ConfigError(
+            f"engine.overlap={rule.mode!r} is invalid with an op breakdown of a batch it cuts "
+            f"({batch.num_tokens} tokens, {len(batch.decodes)} decodes: nano-batches at token "
+            f"{at}): "
+            "the hooks time each op between device syncs, which serialise the two streams; "
+            "allowed: none (the launch step's timeline.csv times the streams)")

@@ -13,6 +13,9 @@ ARCHITECTURES = ("llama", "mistral", "qwen2")
 PROMPT_LENS = (37, 5, 16, 61, 1)
 NEW_TOKENS = 9
 CHUNK = 16       # divides the block size and splits the longer prompts
+# Their second iteration (the rest of one prompt and the start of the next, 398 tokens beside two
+# decodes) is one overlap=nano_batch cuts, within the models' 512 positions.
+OVERLAP_PROMPT_LENS, OVERLAP_CHUNK = (5, 16, 480, 470), 400
 
 
 def first_difference(got: list[list[int]], want: list[list[int]]) -> str:
@@ -50,6 +53,9 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                                       got == want))
                 if got != want:
                     notes.append(f"{arch} {backend} {scheduler}: {first_difference(got, want)}")
+        if arch == "llama":
+            m, n = overlap_checks(ctx, directory, model.config.vocab_size)
+            metrics, notes = metrics + m, notes + n
         model = model.to(torch.bfloat16)
         want16 = [hf_greedy(model, p, NEW_TOKENS) for p in prompts]
         for backend in backends:
@@ -62,6 +68,40 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     return [*summarise(metrics, "greedy_equal_fp32", "runs equal"),
             *summarise(metrics, "first_token_agree_bf16", "runs with every first token equal"),
             *metrics], notes
+
+
+def overlap_checks(ctx: Context, directory, vocab: int) -> tuple[list[Metric], list[str]]:
+    """overlap=nano_batch against none: equal greedy tokens, and (on CUDA) every cut batch replayed
+    from the engine's own graphs of cut batches."""
+    gen = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in OVERLAP_PROMPT_LENS]
+    backend = "triton" if ctx.device == "cuda" else "torch"
+    tokens, cut, replayed = {}, [], []
+    for overlap in ("none", "nano_batch"):
+        llm = LLM(model=str(directory), scheduler="sarathi", chunk_size=OVERLAP_CHUNK,
+                  max_batch_size=4, device=ctx.device, dtype="float32", attention=backend,
+                  warmup_iters=0, overlap=overlap)
+        runner, graphs = llm.engine.executor.runner, llm.engine.executor.graphs
+        prepare = runner.prepare
+        runner.prepare = lambda batch, prepare=prepare: _kept(prepare(batch), cut)
+        if graphs is not None:
+            replay = graphs.replay
+            graphs.replay = lambda p, g, replay=replay: _kept(replay(p, g), replayed, g.cut)
+        tokens[overlap] = llm.generate(prompts, max_new_tokens=NEW_TOKENS)
+    cuts = sum(p.nano is not None for p in cut)
+    replays = sum(1 for c in replayed if c)
+    equal = tokens["none"] == tokens["nano_batch"]
+    note = (f"overlap: prompts {OVERLAP_PROMPT_LENS}, chunk {OVERLAP_CHUNK}, {backend}: {cuts} "
+            f"batches cut, {replays} replayed from cut graphs")
+    return [Metric(f"overlap_tokens_equal[llama,{backend},sarathi]", int(equal), "", "1", equal),
+            Metric("overlap_cut_batches[llama]", cuts, "", "> 0", cuts > 0),
+            Metric("nano_graph_replays[llama]", replays, "", f"{cuts}",
+                   replays == cuts if ctx.device == "cuda" else None)], [note]
+
+
+def _kept(value, into: list, what=None):
+    into.append(value if what is None else what)
+    return value
 
 
 def summarise(metrics: list[Metric], prefix: str, what: str) -> list[Metric]:

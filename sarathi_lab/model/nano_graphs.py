@@ -1,0 +1,139 @@
+"""CUDA graphs of nano-batched (cut) batches: per mixed bucket, the cut every batch of that bucket
+gets, a graph per pair of prefill tiles the two nano-batches' plans may ask for, and each
+nano-batch's own persistent metadata, copied in before a replay as the whole batch's is."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from sarathi_lab.attention import AttentionMetadata
+from sarathi_lab.model.nano_batch import NanoBatch, OverlapRule
+
+if TYPE_CHECKING:
+    from sarathi_lab.model.cuda_graphs import CudaGraphs, Graph
+    from sarathi_lab.model.runner import PreparedBatch
+
+
+def bucket_cut(rule: OverlapRule, bucket: int) -> int | None:
+    """The cut of a batch filling ``bucket``. Buckets past one GEMM tile end at its multiples, so
+    every batch of such a bucket spans as many tiles and is cut at the same token, unless its
+    prefill ends before (in a two-tile bucket, or beside more than a tile of decodes): that one
+    runs eagerly."""
+    return rule.cut(bucket, bucket, 1)
+
+
+def part_sizes(graph: Graph, max_batch: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(tokens, requests) each nano-batch of ``graph`` holds: the first exactly the cut's tokens
+    (all prefill), the second the rest of the bucket."""
+    rest = graph.tokens - graph.cut
+    return (graph.cut, min(max_batch, graph.cut)), (rest, min(max_batch, rest))
+
+
+class PartBuffers:
+    """One nano-batch's metadata as its graphs read it; its tokens' positions and slots are views of
+    the whole batch's buffers, as ``split_meta`` slices them."""
+
+    def __init__(self, requests: int, max_blocks: int, split_counts: torch.Tensor):
+        dev, i32 = split_counts.device, torch.int32
+        self.query_start_loc = torch.zeros(requests + 1, dtype=i32, device=dev)
+        self.seq_lens = torch.zeros(requests, dtype=i32, device=dev)
+        self.block_tables = torch.zeros(requests, max_blocks, dtype=i32, device=dev)
+        self.split_counts = split_counts
+
+    def padded(self, tokens: slice, requests: int, positions: torch.Tensor, slots: torch.Tensor,
+               plan) -> NanoBatch:
+        """The nano-batch a graph captures: its host values fixed, none read by its launches."""
+        n = tokens.stop - tokens.start
+        meta = AttentionMetadata(
+            num_prefills=requests, num_decodes=0, num_prefill_tokens=n,
+            query_start_loc=self.query_start_loc[: requests + 1],
+            seq_lens=self.seq_lens[:requests], block_tables=self.block_tables[:requests],
+            slot_mapping=slots[tokens], query_lens_host=[0] * requests,
+            seq_lens_host=[0] * requests, max_query_len=n, plan=plan)
+        return NanoBatch(tokens, positions[tokens], meta)
+
+    def load(self, meta: AttentionMetadata, requests: int) -> None:
+        """``meta``'s values (a nano-batch's, from ``split_meta``); its graph's padded requests read
+        no cache (context 0) and hold no query (they start where its tokens end)."""
+        n, width = meta.num_prefills + meta.num_decodes, meta.block_tables.shape[1]
+        self.query_start_loc[: n + 1].copy_(meta.query_start_loc, non_blocking=True)
+        self.query_start_loc[n + 1 : requests + 1].fill_(sum(meta.query_lens_host))
+        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
+        self.seq_lens[n:requests].fill_(0)
+        self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
+
+
+class NanoGraphs:
+    """The cut graphs of ``owner`` (a CudaGraphs, whose buckets, buffers and planning they share):
+    none unless ``rule`` cuts some bucket."""
+
+    def __init__(self, owner: CudaGraphs, rule: OverlapRule, max_batch: int, max_blocks: int):
+        from sarathi_lab.model.cuda_graphs import Graph  # here: cuda_graphs imports this module
+
+        self.owner, self.max_batch = owner, max_batch
+        self.graphs = []
+        for bucket in owner.buckets:
+            at = bucket_cut(rule, bucket)
+            if at is None:
+                continue
+            fewest = owner._fewest(owner.buckets, bucket)
+            cut = Graph(False, bucket, min(max_batch, bucket), cut=at)
+            (t1, r1), (t2, r2) = part_sizes(cut, max_batch)
+            self.graphs += [cut._replace(prefill_tiles=(first, second))
+                            for first in owner._prefill_tiles(t1, r1, t1)
+                            for second in owner._prefill_tiles(t2, r2, max(1, fewest - at))]
+        split_counts = owner.backend.graph_split_counts
+        dev = owner.positions.device
+        self.parts = tuple(PartBuffers(max_batch, max_blocks, split_counts(dev)) for _ in range(2))
+
+    def plans(self, graph: Graph, max_seq_len: int) -> tuple:
+        """Each nano-batch's launches, reading split counts from its own buffer."""
+        owner = self.owner
+        fewest = owner._fewest(owner.buckets, graph.tokens)
+        plans = []
+        for (tokens, requests), tiles, least, part in zip(
+                part_sizes(graph, self.max_batch), graph.prefill_tiles,
+                (graph.cut, max(1, fewest - graph.cut)), self.parts):
+            plans.append(owner.backend.graph_plan(
+                tokens, requests, owner.num_heads, owner.k_cache, max_seq_len=max_seq_len,
+                prefill_tiles=tiles, fewest_tokens=least, fewest_decodes=1,
+                split_counts=part.split_counts))
+        return tuple(plans)
+
+    def padded(self, graph: Graph) -> tuple[NanoBatch, NanoBatch]:
+        owner = self.owner
+        slices = (slice(0, graph.cut), slice(graph.cut, graph.tokens))
+        return tuple(part.padded(tokens, requests, owner.positions, owner.slots, plan)
+                     for part, tokens, (_, requests), plan in zip(
+                         self.parts, slices, part_sizes(graph, self.max_batch),
+                         owner.plans[graph]))
+
+    def graph_for(self, prepared: PreparedBatch) -> Graph | None:
+        """The smallest cut graph of this batch's cut whose nano-batches hold its two and run their
+        attention as their eager forwards would; None (eager) where a nano-batch co-schedules."""
+        owner, parts = self.owner, prepared.nano
+        backend, heads, k_cache = owner.backend, owner.num_heads, owner.k_cache
+        if any(backend.co_schedules(p.meta, heads, k_cache) for p in parts):
+            return None
+        meta, at = prepared.meta, parts[0].tokens.stop
+        tokens, requests = prepared.input_ids.shape[0], meta.num_prefills + meta.num_decodes
+        counts = [p.meta.num_prefills + p.meta.num_decodes for p in parts]
+        held = [g for g in self.graphs if g.tokens >= tokens and g.requests >= requests
+                and g.cut == at
+                and all(n <= r for n, (_, r) in zip(counts, part_sizes(g, self.max_batch)))]
+        if not held:
+            return None
+        plans = [backend.batch_plan(p.meta, heads, k_cache) for p in parts]
+        return next((g for g in held
+                     if all(p.replays_in(c) for p, c in zip(plans, owner.plans[g]))), None)
+
+    def load(self, prepared: PreparedBatch, graph: Graph) -> None:
+        """The batch's nano-batches' metadata, split counts and balanced work into the graph's."""
+        backend, heads, k_cache = self.owner.backend, self.owner.num_heads, self.owner.k_cache
+        for part, nano, (_, requests), captured in zip(
+                self.parts, prepared.nano, part_sizes(graph, self.max_batch),
+                self.owner.plans[graph]):
+            part.load(nano.meta, requests)
+            plan = backend.batch_plan(nano.meta, heads, k_cache)
+            backend.set_split_counts(part.split_counts, plan, captured)
