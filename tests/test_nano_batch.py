@@ -222,7 +222,7 @@ def test_nano_batches_give_the_same_tokens_through_the_triton_attention():
 
 def test_an_op_breakdown_of_a_cut_batch_is_refused_in_one_line(llm):
     # The hooks sync the device at every op, which serialises the two streams: no honest split.
-    from sarathi_lab.profiling.ops import time_by_op
+    from sarathi_lab.measure.profiling.ops import time_by_op
 
     runner, batches = llm.engine.executor.runner, SyntheticBatches(llm, seed=0)
     runner.overlap = OverlapRule("nano_batch", min_tokens=1, tile=16)

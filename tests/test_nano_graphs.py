@@ -18,10 +18,10 @@ from sarathi_lab import LLM
 from sarathi_lab.attention import triton_backend
 from sarathi_lab.attention.co_schedule import CoScheduleRule
 from sarathi_lab.engine.tiles import GEMM_TILE
+from sarathi_lab.measure.profiling.batches import SyntheticBatches
 from sarathi_lab.model.cuda_graphs import MAX_GRAPH_TOKENS, CudaGraphs, token_buckets
 from sarathi_lab.model.nano_batch import NO_OVERLAP, OverlapRule
 from sarathi_lab.model.nano_graphs import bucket_cut, part_sizes
-from sarathi_lab.profiling.batches import SyntheticBatches
 from tests.test_cuda_graphs import (
     BLOCK,
     CHUNK,
