@@ -9,7 +9,7 @@ import time
 import numpy as np
 import torch
 
-from sarathi_lab.bench.args import bench_parser, int_range, positive_int
+from sarathi_lab.bench.args import bench_parser, int_range, positive_int, table_path
 from sarathi_lab.bench.common import print_table
 from sarathi_lab.bench.sim_speed import workload
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None):
     p.add_argument("--decode-tokens", type=int_range, default=(64, 512),
                    help="N, or LO-HI drawn uniformly")
     p.add_argument("--smoke", action="store_true", help="a few requests (CI)")
-    p.add_argument("--out", help="also write the table to this file (.csv or .json)")
+    p.add_argument("--out", type=table_path, help="also write the table to this file (.csv, .json)")
     args = p.parse_args(argv)
     if args.smoke:
         args.requests, args.prompt_tokens, args.decode_tokens = 8, (64, 512), (8, 32)
