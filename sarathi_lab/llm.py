@@ -97,6 +97,7 @@ class LLM:
         from sarathi_lab.model.host_allocator import reuse_freed_memory
         from sarathi_lab.model.nano_batch import OverlapRule
         from sarathi_lab.model.runner import ModelRunner
+        from sarathi_lab.tuned_kernels import table_for
 
         cfg = self.config
         device = self.device
@@ -114,7 +115,7 @@ class LLM:
         self.kv_caches = [(layer[0], layer[1]) for layer in cache]
         clock = make_clock("wall", device)
         runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device,
-                             OverlapRule(cfg.overlap))
+                             OverlapRule.of_table(cfg.overlap, table_for(device)))
         replayable = cfg.cuda_graphs and can_replay(backend, device)
         graphs = self._capture_graphs(runner, largest_tokens) if replayable else None
         return ModelExecutor(runner, clock, graphs), clock

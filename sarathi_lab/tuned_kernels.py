@@ -62,6 +62,8 @@ class TunedTable:
     split_rule: dict[str, int | float] = field(default_factory=dict)
     # Hybrid shapes timed both ways; none: the engine never co-schedules.
     co_schedule: list[dict] = field(default_factory=list)
+    # Nano-batch overlap (OVERLAP_FIELDS); a field absent: model/nano_batch.py's default.
+    overlap: dict[str, bool | int] = field(default_factory=dict)
 
     def tiles(self, kind: str) -> TileConfig:
         return self.attention.get(kind, TileConfig())
@@ -81,6 +83,7 @@ class TunedTable:
                               for m, c in sorted(by_m.items())}
                         for key, by_m in self.gemm.items()}}
         out |= {"co_schedule": list(self.co_schedule)} if self.co_schedule else {}
+        out |= {"overlap": dict(self.overlap)} if self.overlap else {}
         return out | ({"split_rule": dict(self.split_rule)} if self.split_rule else {})
 
 
@@ -106,7 +109,10 @@ _LAUNCH = {"block_m": _POW2, "block_n": _POW2, "block_k": _POW2, "num_warps": _W
 MAX_TOKENS = 1 << 20
 MAX_KNOB = 1e6
 GEMM_KEY = re.compile(r"[1-9][0-9]{0,6}x[1-9][0-9]{0,6}(\+silu_mul)?")
-TOP_KEYS = ("device", "attention", "gemm", "split_rule", "co_schedule")
+TOP_KEYS = ("device", "attention", "gemm", "split_rule", "co_schedule", "overlap")
+OVERLAP_FIELDS = {"enabled": ("true or false", lambda v: isinstance(v, bool)),
+                  "min_tokens": (f"an integer in [1, {MAX_TOKENS}]",
+                                 lambda v: type(v) is int and 1 <= v <= MAX_TOKENS)}
 CO_SCHEDULE_FIELDS = ("heads", "kv_heads", "chunk", "decodes", "context", "over_sequential")
 
 
@@ -182,7 +188,19 @@ def parse(raw, source: str, device: str | None = None) -> TunedTable:
         attention[kind] = TileConfig(**_launch(source, f"attention.{kind}", tiles, TileConfig))
     return TunedTable(name, attention, _gemm(source, raw.get("gemm", {})), source,
                       _split_rule(source, raw.get("split_rule", {})),
-                      co_schedule_entries(source, raw.get("co_schedule", [])))
+                      co_schedule_entries(source, raw.get("co_schedule", [])),
+                      overlap_entry(source, raw.get("overlap", {})))
+
+
+def overlap_entry(source: str, raw) -> dict[str, bool | int]:
+    """Whether nano-batch overlap runs on the device and from how many tokens; each field optional."""
+    for key, value in _mapping(source, "overlap", raw).items():
+        if key not in OVERLAP_FIELDS:
+            _fail(source, f"overlap.{key}", value, ", ".join(OVERLAP_FIELDS))
+        allowed, ok = OVERLAP_FIELDS[key]
+        if not ok(value):
+            _fail(source, f"overlap.{key}", value, allowed)
+    return dict(raw)
 
 
 def co_schedule_entries(source: str, raw) -> list[dict]:

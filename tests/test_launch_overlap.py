@@ -2,6 +2,8 @@
 (measure/profiling/overlap.py), with the measurement faked where it needs a GPU."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -65,3 +67,5 @@ def test_the_overlapped_twins_are_named_and_judged_beside_the_engine_rows(monkey
     timeline = pd.read_csv(tmp_path / launch_overlap.TIMELINE)
     assert list(timeline.columns) == launch_overlap.COLUMNS and len(timeline) == 8
     assert "c=512+b=17, c=495+b=17 at contexts 512, 1024" in note
+    entry = json.loads((tmp_path / launch_overlap.ENTRY).read_text())  # what the tune step installs
+    assert entry == {"enabled": True, "min_tokens": 512}

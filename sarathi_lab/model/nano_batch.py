@@ -11,8 +11,10 @@ import torch
 from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.model.streams import StreamPair
+from sarathi_lab.tuned_kernels import TunedTable
 
 # Below this, GEMMs at half the tokens fall under the ridge point: the cut costs more than it wins.
+# The default where the device's tuned table has no ``overlap`` entry; the launch step measures one.
 MIN_OVERLAP_TOKENS = 384
 
 
@@ -32,6 +34,12 @@ class OverlapRule:
             return None
         at = min(-(-tokens // self.tile) // 2 * self.tile, prefill_tokens)
         return at if 0 < at < tokens else None
+
+    @classmethod
+    def of_table(cls, mode: str, table: TunedTable) -> OverlapRule:
+        """``mode`` as configured, unless the device's table turns overlap off; its threshold."""
+        on = table.overlap.get("enabled", True)
+        return cls(mode if on else "none", table.overlap.get("min_tokens", MIN_OVERLAP_TOKENS))
 
 
 NO_OVERLAP = OverlapRule()

@@ -14,6 +14,8 @@ BENCHMARKS = {
     "overhead": "share of iteration time outside the model's forward pass",
     "host_path": "host time per iteration, Llama-2-7B shapes, against the predicted H100 forward "
                  "pass",
+    "plan_cost": "host time planning balanced attention work per iteration of a simulated "
+                 "LLaMA-13B run, its plan cache's hit rate, against the predicted H100 forward",
     "versus": "throughput vs transformers generate with static left-padded batches",
     "attention_reread": "attention time chunked prefill adds by re-reading the KV cache",
     "sampling": "temperature and top-p sampling: the CPU kernel against its torch path",

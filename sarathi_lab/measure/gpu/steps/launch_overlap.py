@@ -4,6 +4,7 @@ batch, over its physical floor (``,overlap`` and ``,whole`` in the names), and t
 forward's kernels per stream (timeline.csv)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,8 @@ from sarathi_lab.model.floors import floor, memory_ceiling
 from sarathi_lab.model.shape import Shape
 
 TIMELINE = "timeline.csv"
+# The tuned table's ``overlap`` entry these twins measured; the tune step installs it.
+ENTRY = "overlap_entry.json"
 COLUMNS = ["iteration", "source", "stream", "name", "start_us", "dur_us"]
 # What two nano-batches must reach over the physical floor (and faster than the whole batch).
 PHYSICAL_TARGET = 1.3
@@ -31,7 +34,7 @@ def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
     """The metrics of every case of OVERLAP.min_tokens tokens or more at each of ``contexts`` (the
     first unnamed, as the step names it) and the step's note; the timelines into ``out``."""
     big = [(c, d) for c, d in cases if c and d and c + d >= OVERLAP.min_tokens]
-    metrics, rows, stopped = [], [], ""
+    metrics, rows, stopped, gains = [], [], "", []
     for at in contexts:
         for chunk, decodes in big:
             key = label(chunk, decodes, None if at == contexts[0] else at)
@@ -43,11 +46,14 @@ def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
                 break
             metrics += _metrics(llm, key, chunk, decodes, at, row, env, cuda)
             metrics += _stream_metrics(key, timeline)
+            gains.append((chunk + decodes, row["overlap_ms"] - row["whole_ms"]))
             rows += [{"iteration": key, **r} for r in timeline]
         if stopped:
             break
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=COLUMNS).to_csv(out / TIMELINE, index=False)
+    if gains:
+        (out / ENTRY).write_text(json.dumps(table_entry(gains)) + "\n")
     names = ", ".join(label(c, d) for c, d in big)
     return metrics, (
         f"overlapped twins (,overlap / ,whole): {names} at contexts "
@@ -56,6 +62,14 @@ def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
         f"graph of the batch itself (no bucket padding), median of {reps} interleaved; {TIMELINE}: "
         "the nano-batched forward's kernels per stream, one replay and one eager forward "
         f"(measure/profiling/overlap.py){stopped}")
+
+
+def table_entry(gains: list[tuple[int, float]]) -> dict[str, bool | int]:
+    """From ``(tokens, overlapped minus whole ms)`` per twin: on from the fewest tokens at and above
+    which every twin was faster overlapped; off where no such count exists."""
+    counts = sorted({t for t, _ in gains})
+    won = [t for t in counts if all(g < 0 for u, g in gains if u >= t)]
+    return {"enabled": True, "min_tokens": won[0]} if won else {"enabled": False}
 
 
 def _metrics(llm, key: str, chunk: int, decodes: int, context: int, row: dict, env: dict,

@@ -13,6 +13,7 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness.environment import device_name
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.steps.launch_overlap import ENTRY
 from sarathi_lab.measure.profiling.attention_sweep import (
     fit_split_rule,
     rule_label,
@@ -23,7 +24,7 @@ from sarathi_lab.measure.profiling.attention_sweep import (
 from sarathi_lab.measure.profiling.gemm_sweep import TOKENS, label, projections, sweep
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.tuned_kernels import TunedTable, file_name
+from sarathi_lab.tuned_kernels import TunedTable, file_name, overlap_entry
 
 # GPU: benchmark models and token counts, bf16, 10 rounds; dry run: the tiny model, one round, two
 # configs (seconds in the interpreter).
@@ -78,8 +79,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
         notes.append(f"{skipped} GEMM shapes not swept: the call's "
                      "time ran out (the table keeps cuBLAS there)")
 
-    co_schedule = _co_schedule(ctx)
-    table = TunedTable(name, tiles, gemm, split_rule=rule.moved_knobs(), co_schedule=co_schedule)
+    table = TunedTable(name, tiles, gemm, split_rule=rule.moved_knobs(),
+                       co_schedule=(co_schedule := _co_schedule(ctx)), overlap=_overlap(ctx))
     metrics.insert(0, Metric("co_schedule_shapes_faster",
                              sum(e["over_sequential"] < 1 for e in co_schedule)))
     path = ctx.dir / file_name(name)
@@ -103,3 +104,9 @@ def _co_schedule(ctx: Context) -> list[dict]:
         return []
     with open(rows, newline="") as f:
         return entries_from_rows(list(csv.DictReader(f)))
+
+
+def _overlap(ctx: Context) -> dict:
+    """The launch step's overlapped twins' entry, where it ran (launch_overlap.table_entry)."""
+    path = ctx.out / "steps" / "launch" / ENTRY
+    return overlap_entry(str(path), json.loads(path.read_text())) if path.is_file() else {}

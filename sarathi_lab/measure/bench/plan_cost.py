@@ -1,0 +1,124 @@
+"""The host cost of planning balanced attention work (kernels' chunk_plan.py) per iteration: a
+simulated serving run's batches (LLaMA-13B on the H100 the simulator predicts) replayed through the
+planner the engine's Triton backend calls on a GPU, its plan cache's hit rate, and its time against
+the predicted forward pass. Target: planning under 2% of the iteration."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from sarathi_lab.measure.bench.args import bench_parser, int_range, positive_int, table_path
+from sarathi_lab.measure.bench.common import print_table
+from sarathi_lab.measure.bench.sim_speed import workload
+
+MODEL, GPU, DEVICE_NAME = "llama-13b", "h100", "NVIDIA H100 80GB HBM3"
+TARGET = 0.02
+# Poisson arrivals fast enough that the batch fills (mixed contexts, chunks beside decodes).
+RATE_RPS = 8.0
+
+
+def batches(requests: int, batch: int, chunk: int, prompt_tokens, decode_tokens):
+    """Each iteration's (query lengths, contexts, prefills, predicted forward s), simulated."""
+    from sarathi_lab import LLM
+    from sarathi_lab.sim.executor import composition
+
+    llm = LLM(MODEL, executor="sim", sim_device=GPU, scheduler="sarathi_serve", chunk_size=chunk,
+              max_batch_size=batch)
+    executor, seen = llm.engine.executor, []
+    execute = executor.execute
+
+    def recorded(b):
+        out = execute(b)
+        prefills, decodes = composition(b)
+        seen.append(([q for q, _ in prefills] + [1] * len(decodes),
+                     [c for _, c in prefills] + decodes, len(prefills), out.forward_s))
+        return out
+
+    executor.execute = recorded
+    prompts, new, arrivals = workload(requests, prompt_tokens, decode_tokens, RATE_RPS)
+    llm.generate(prompts, new, arrival_times=arrivals)
+    return seen
+
+
+def replay(seen, cached: bool = True) -> dict:
+    """Every batch planned as the engine's Triton backend plans it on an H100 (the device's tuned
+    tiles and split rule), in order: the plan cache's hit rate and planning time per iteration;
+    ``cached`` False: every plan made afresh."""
+    from sarathi_kernels import chunk_plan
+    from sarathi_kernels.attention_plan import plan_batch
+    from sarathi_kernels.occupancy import H100
+
+    from sarathi_lab.attention.triton_backend import TritonAttention
+    from sarathi_lab.model.presets import PRESETS
+    from sarathi_lab.model.shape import Shape
+    from sarathi_lab.tuned_kernels import table_named, using
+
+    shape = Shape.of(PRESETS[MODEL])
+    with using(table_named(DEVICE_NAME)):
+        backend = TritonAttention()
+        probe = torch.empty(1, 1, shape.kv_heads, shape.head_dim, dtype=torch.bfloat16)
+        tiles, rule = backend._tiles(probe), backend._rule(probe)
+    plan, misses, times = chunk_plan.plan_chunks, [0], []
+
+    def counted(*args, **kwargs):
+        misses[0] += 1
+        return plan(*args, **kwargs)
+
+    chunk_plan._CHUNK_PLANS.clear()
+    chunk_plan.plan_chunks = counted  # what cached_chunks calls on a miss
+    try:
+        for query_lens, seq_lens, prefills, _ in seen:
+            if not cached:
+                chunk_plan._CHUNK_PLANS.clear()
+            start = time.perf_counter_ns()
+            plan_batch(query_lens, seq_lens, shape.heads, shape.kv_heads, num_prefills=prefills,
+                       limits=H100, tiles=tiles, rule=rule)
+            times.append((time.perf_counter_ns() - start) / 1e3)
+    finally:
+        chunk_plan.plan_chunks = plan
+    # A lookup per work kind present: the chunks', the decodes'.
+    lookups = sum(bool(p) + (len(q) > p) for q, _, p, _ in seen)
+    return {"hit_rate": 1 - misses[0] / max(lookups, 1), "plan_us": np.array(times)}
+
+
+def summarize(seen, result: dict, label: str) -> dict:
+    plan_us, forward_us = result["plan_us"], np.array([f for *_, f in seen]) * 1e6
+    share = plan_us / forward_us
+    return {"planner": label, "iterations": len(seen), "hit_rate": result["hit_rate"],
+            "plan_median_us": float(np.median(plan_us)),
+            "plan_p99_us": float(np.percentile(plan_us, 99)),
+            "forward_median_us": float(np.median(forward_us)),
+            "plan_share_median": float(np.median(share)), "plan_share_mean": float(share.mean()),
+            "plan_share_p99": float(np.percentile(share, 99)),
+            "met": bool(np.percentile(share, 99) < TARGET)}
+
+
+def main(argv: list[str] | None = None):
+    p = bench_parser(__spec__, __doc__)
+    p.add_argument("--requests", type=positive_int, default=128)
+    p.add_argument("--batch", type=positive_int, default=128, help="max_batch_size")
+    p.add_argument("--chunk", type=positive_int, default=512, help="sarathi chunk size")
+    p.add_argument("--prompt-tokens", type=int_range, default=(256, 3072),
+                   help="N, or LO-HI drawn uniformly")
+    p.add_argument("--decode-tokens", type=int_range, default=(64, 512),
+                   help="N, or LO-HI drawn uniformly")
+    p.add_argument("--smoke", action="store_true", help="a few requests (CI)")
+    p.add_argument("--out", type=table_path, help="also write the table to this file (.csv, .json)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.requests, args.prompt_tokens, args.decode_tokens = 8, (64, 512), (8, 32)
+    seen = batches(args.requests, args.batch, args.chunk, args.prompt_tokens, args.decode_tokens)
+    rows = [summarize(seen, replay(seen, cached), label)
+            for cached, label in ((True, "cached"), (False, "uncached"))]
+    print(f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve chunk "
+          f"{args.chunk}, batch <= {args.batch}; host planning timed on this CPU (unreliable "
+          "while it is shared)")
+    return print_table(rows, args.out, "Attention planning per iteration against the predicted "
+                       f"{GPU} forward (target: p99 share < {TARGET:.0%})",
+                       extra={"model": MODEL, "gpu": GPU})
+
+
+if __name__ == "__main__":
+    main()

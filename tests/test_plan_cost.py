@@ -1,0 +1,31 @@
+"""bench/plan_cost.py: a simulated run's batches replayed through the attention planner, its plan
+cache's hits counted and its time set against the predicted forward pass."""
+import numpy as np
+import pytest
+
+from sarathi_lab.measure.bench import plan_cost
+
+
+def test_a_batch_met_again_hits_the_cache_and_the_uncached_replay_never_does():
+    # (query lengths, contexts, prefills, forward s): a chunk beside two decodes, then decodes only,
+    # each twice; the second decode batch crosses a key tile, so it plans afresh.
+    hybrid = ([512, 1, 1], [1024, 700, 900], 1, 0.02)
+    decodes = ([1, 1], [701, 901], 0, 0.01)
+    crossed = ([1, 1], [701, 4000], 0, 0.01)
+    seen = [hybrid, hybrid, decodes, decodes, crossed]
+    cached = plan_cost.replay(seen)
+    # Lookups: 2 + 2 + 1 + 1 + 1; misses: the chunk, its decodes, the decodes alone, the crossed.
+    assert cached["hit_rate"] == 1 - 4 / 7 and len(cached["plan_us"]) == len(seen)
+    assert plan_cost.replay(seen, cached=False)["hit_rate"] == 0.0
+    row = plan_cost.summarize(seen, cached, "cached")
+    share = np.array(cached["plan_us"]) / np.array([s[-1] for s in seen]) / 1e6
+    assert row["plan_share_p99"] == pytest.approx(np.percentile(share, 99), rel=1e-9)
+    assert row["iterations"] == 5 and row["met"] == (row["plan_share_p99"] < plan_cost.TARGET)
+
+
+def test_the_smoke_run_replays_every_iteration_of_a_simulated_run(capsys):
+    table = plan_cost.main(["--smoke"])
+    assert list(table["planner"]) == ["cached", "uncached"]
+    assert table["iterations"].nunique() == 1 and table["iterations"][0] > 10
+    assert 0 < table["hit_rate"][0] <= 1 and table["hit_rate"][1] == 0
+    assert "unreliable while it is shared" in capsys.readouterr().out
