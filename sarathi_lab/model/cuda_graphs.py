@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata, backend_class, backend_names
 from sarathi_lab.engine.tiles import GEMM_TILE
+from sarathi_lab.model.graph_key import Graph
 from sarathi_lab.model.nano_graphs import NanoGraphs
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
@@ -62,15 +62,6 @@ def token_buckets(largest: int) -> list[int]:
         buckets.append(tokens)
         tokens += bucket_step(tokens)
     return buckets + [top]
-
-
-class Graph(NamedTuple):
-    decode: bool
-    tokens: int
-    requests: int
-    prefill_tiles: object = None  # a cut graph's: its two nano-batches' (nano_graphs.py)
-    pod: bool = False
-    cut: int = 0  # the first nano-batch's tokens; 0: the batch runs whole
 
 
 class CudaGraphs:

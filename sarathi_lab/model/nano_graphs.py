@@ -3,16 +3,31 @@ gets, a graph per pair of prefill tiles the two nano-batches' plans may ask for,
 nano-batch's own persistent metadata, copied in before a replay as the whole batch's is."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from sarathi_lab.attention import AttentionMetadata
+from sarathi_lab.model.graph_key import Graph
 from sarathi_lab.model.nano_batch import NanoBatch, OverlapRule
 
 if TYPE_CHECKING:
-    from sarathi_lab.model.cuda_graphs import CudaGraphs, Graph
     from sarathi_lab.model.runner import PreparedBatch
+
+
+class GraphOwner(Protocol):
+    """What the cut graphs share of their owner (cuda_graphs.CudaGraphs, which imports this)."""
+    buckets: list[int]
+    backend: object
+    positions: torch.Tensor
+    slots: torch.Tensor
+    num_heads: int
+    k_cache: object
+    plans: dict
+
+    def _fewest(self, sizes: list[int], size: int) -> int: ...
+
+    def _prefill_tiles(self, tokens: int, requests: int, fewest: int) -> list: ...
 
 
 def bucket_cut(rule: OverlapRule, bucket: int) -> int | None:
@@ -68,9 +83,7 @@ class NanoGraphs:
     """The cut graphs of ``owner`` (a CudaGraphs, whose buckets, buffers and planning they share):
     none unless ``rule`` cuts some bucket."""
 
-    def __init__(self, owner: CudaGraphs, rule: OverlapRule, max_batch: int, max_blocks: int):
-        from sarathi_lab.model.cuda_graphs import Graph  # here: cuda_graphs imports this module
-
+    def __init__(self, owner: GraphOwner, rule: OverlapRule, max_batch: int, max_blocks: int):
         self.owner, self.max_batch = owner, max_batch
         self.graphs = []
         for bucket in owner.buckets:
