@@ -11,7 +11,7 @@ import torch
 
 from sarathi_lab.measure.bench.args import bench_parser, int_range, positive_int, table_path
 from sarathi_lab.measure.bench.common import print_table
-from sarathi_lab.measure.bench.sim_speed import workload
+from sarathi_lab.measure.bench.trace import workload
 
 MODEL, GPU, DEVICE_NAME = "llama-13b", "h100", "NVIDIA H100 80GB HBM3"
 TARGET = 0.02

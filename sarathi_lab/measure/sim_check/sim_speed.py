@@ -10,25 +10,10 @@ import pstats
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.measure.bench.args import bench_parser, int_range, positive_float, positive_int
+from sarathi_lab.measure.bench.trace import ARRIVAL_RATE_RPS, workload
 from sarathi_lab.sim.device import DEVICES
-
-# A load the simulated A100 keeps up with, so that queues and batches stay realistic.
-ARRIVAL_RATE_RPS = 4.0
-
-
-def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024),
-             decode_tokens: tuple[int, int] = (256, 256), rate_rps: float = ARRIVAL_RATE_RPS,
-             ) -> tuple[list[list[int]], list[int], list[float]]:
-    """The same trace every call (seed 0): its speed and digest compare across changes."""
-    rng = np.random.default_rng(0)
-    prompts = [[1] * int(p) for p in rng.integers(prompt_tokens[0], prompt_tokens[1] + 1, size=n)]
-    decodes = rng.integers(decode_tokens[0], decode_tokens[1] + 1, size=n).tolist()
-    arrivals = np.cumsum(rng.exponential(1 / rate_rps, size=n)).tolist()
-    return prompts, decodes, arrivals
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,19 @@
+"""A synthetic serving trace, the same every call (seed 0): the simulator's speed check and the
+planning-cost benchmark replay it, so their figures compare across changes."""
+from __future__ import annotations
+
+import numpy as np
+
+# A load the simulated A100 keeps up with, so that queues and batches stay realistic.
+ARRIVAL_RATE_RPS = 4.0
+
+
+def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024),
+             decode_tokens: tuple[int, int] = (256, 256), rate_rps: float = ARRIVAL_RATE_RPS,
+             ) -> tuple[list[list[int]], list[int], list[float]]:
+    """The same trace every call (seed 0): its speed and digest compare across changes."""
+    rng = np.random.default_rng(0)
+    prompts = [[1] * int(p) for p in rng.integers(prompt_tokens[0], prompt_tokens[1] + 1, size=n)]
+    decodes = rng.integers(decode_tokens[0], decode_tokens[1] + 1, size=n).tolist()
+    arrivals = np.cumsum(rng.exponential(1 / rate_rps, size=n)).tolist()
+    return prompts, decodes, arrivals
