@@ -174,7 +174,7 @@ def test_a_table_measured_on_another_machine_is_replaced_only_when_asked(profile
     shutil.copytree(root, tmp_path / "profiles")
     monkeypatch.setenv("SARATHI_PROFILES_DIR", str(tmp_path / "profiles"))
     task = importlib.import_module("sarathi_lab.measure.tasks.profile")
-    llm = SimpleNamespace(config=SimpleNamespace(torch_device=__import__("torch").device("cpu")))
+    llm = SimpleNamespace(device=__import__("torch").device("cpu"))
     refuse, overwrite = (SimpleNamespace(model=CFG.model, on_existing=o) for o in ("refuse", "overwrite"))
     task._check_replace(refuse, llm)  # this machine's own table: remeasured unasked
     described = tmp_path / "profiles" / "cpu" / "tiny.json"
