@@ -219,6 +219,17 @@ def _tail(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base
 # Plans kept by signature (``cached_chunks``); past this many the least recently used goes.
 MAX_CACHED_CHUNK_PLANS = 256
 _CHUNK_PLANS: OrderedDict[tuple, ChunkWork] = OrderedDict()
+# Lookups that found a plan and that made one, since the cache was last cleared.
+_CACHE_COUNTS = {"hits": 0, "misses": 0}
+
+
+def clear_plan_cache() -> None:
+    _CHUNK_PLANS.clear()
+    _CACHE_COUNTS.update(hits=0, misses=0)
+
+
+def plan_cache_counts() -> dict[str, int]:
+    return dict(_CACHE_COUNTS)
 
 
 def cached_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int,
@@ -232,6 +243,7 @@ def cached_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n
            num_kv_heads, block_q, block_n, programs, float(split_cost), max_pieces,
            float(base_cost))
     work = _CHUNK_PLANS.get(key)
+    _CACHE_COUNTS["misses" if work is None else "hits"] += 1
     if work is None:
         work = plan_chunks(query_lens, seq_lens, num_kv_heads, block_q, block_n, programs,
                            split_cost=split_cost, max_pieces=max_pieces, base_cost=base_cost)

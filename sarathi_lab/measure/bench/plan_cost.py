@@ -60,27 +60,25 @@ def replay(seen, cached: bool = True) -> dict:
         backend = TritonAttention()
         probe = torch.empty(1, 1, shape.kv_heads, shape.head_dim, dtype=torch.bfloat16)
         tiles, rule = backend._tiles(probe), backend._rule(probe)
-    plan, misses, times = chunk_plan.plan_chunks, [0], []
+    times, total = [], {"hits": 0, "misses": 0}
 
-    def counted(*args, **kwargs):
-        misses[0] += 1
-        return plan(*args, **kwargs)
+    def cleared():  # the counts so far kept, as clearing the cache restarts them
+        for kind, n in chunk_plan.plan_cache_counts().items():
+            total[kind] += n
+        chunk_plan.clear_plan_cache()
 
-    chunk_plan._CHUNK_PLANS.clear()
-    chunk_plan.plan_chunks = counted  # what cached_chunks calls on a miss
-    try:
-        for query_lens, seq_lens, prefills, _ in seen:
-            if not cached:
-                chunk_plan._CHUNK_PLANS.clear()
-            start = time.perf_counter_ns()
-            plan_batch(query_lens, seq_lens, shape.heads, shape.kv_heads, num_prefills=prefills,
-                       limits=H100, tiles=tiles, rule=rule)
-            times.append((time.perf_counter_ns() - start) / 1e3)
-    finally:
-        chunk_plan.plan_chunks = plan
-    # A lookup per work kind present: the chunks', the decodes'.
-    lookups = sum(bool(p) + (len(q) > p) for q, _, p, _ in seen)
-    return {"hit_rate": 1 - misses[0] / max(lookups, 1), "plan_us": np.array(times)}
+    cleared()
+    total.update(hits=0, misses=0)
+    for query_lens, seq_lens, prefills, _ in seen:
+        if not cached:
+            cleared()
+        start = time.perf_counter_ns()
+        plan_batch(query_lens, seq_lens, shape.heads, shape.kv_heads, num_prefills=prefills,
+                   limits=H100, tiles=tiles, rule=rule)
+        times.append((time.perf_counter_ns() - start) / 1e3)
+    cleared()
+    lookups = total["hits"] + total["misses"]
+    return {"hit_rate": 1 - total["misses"] / max(lookups, 1), "plan_us": np.array(times)}
 
 
 def summarize(seen, result: dict, label: str) -> dict:
