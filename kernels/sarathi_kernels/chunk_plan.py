@@ -152,23 +152,70 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
 
 def _best(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
     """The pieces of the shortest critical path among the plans tried: the walks cut every equal
-    share, whole waves of walks with only the rest cut, and today's flat grid."""
+    share, whole waves of walks with only the rest cut, and today's flat grid. A plan whose lower
+    bound (``_tail_bound``, ``_flat_bound``) cannot beat the best so far is not built: the same
+    plan, fewer numpy calls."""
     best = _cut(k, programs, split_cost, max_pieces, base)
-    tail = _tail(k, programs, split_cost, max_pieces, base)
-    best = tail if tail is not None and tail[-1] < best[-1] else best
+    if _tail_bound(k, programs, base) < best[-1]:
+        tail = _tail(k, programs, split_cost, max_pieces, base)
+        best = tail if tail is not None and tail[-1] < best[-1] else best
     # Today's grid (a program per walk, or per each of its equal shares within two waves, as
     # split_rule.py bounds it) where no cut plan beats it.
     for share_count in range(1, min(max_pieces, int(k.min()) if len(k) else 1) + 1):
         if share_count > 1 and len(k) * share_count > FLAT_WAVES * programs:
             break
+        piece_bound, mean_bound = _flat_bound(k, share_count, split_cost, programs, base)
+        if mean_bound >= best[-1]:  # a higher count only adds fixed costs
+            break
+        # Share count 1 wins ties: only a bound over the best rules it out.
+        if piece_bound > best[-1] or (share_count > 1 and piece_bound == best[-1]):
+            continue
         flat = _flat(k, share_count, split_cost, programs, base)
         best = flat if flat[-1] < best[-1] or (flat[-1] == best[-1] and share_count == 1) else best
     return best
 
 
+def _tail_bound(k: np.ndarray, programs: int, base: float) -> float:
+    """No ``_tail`` plan is shorter: its busiest slot's whole walks (added to before any tail piece,
+    so the same float sum), or every walk's cost spread evenly (inf: no tail plan)."""
+    whole = len(k) // programs * programs
+    if whole == 0 or whole == len(k):
+        return np.inf
+    load = np.bincount(np.arange(whole) % programs, weights=k[:whole] + base, minlength=programs)
+    return max(float(load.max()), _below(float((k + base).sum()) / programs))
+
+
+def _flat_bound(k: np.ndarray, share_count: int, split_cost: float, programs: int, base: float):
+    """Lower bounds on ``_flat``'s critical path: its longest piece, or past one wave the two least
+    of its longest ``programs + 1`` pieces (some slot runs two of them); and its pieces' total
+    spread evenly over the slots."""
+    split = split_cost if share_count > 1 else 0.0
+    _, po, hi = _shares(k, share_count)
+    cost = hi - po + base + split  # summed as _flat sums its costs
+    longest = float(cost.max(initial=0.0))
+    if len(cost) > programs:
+        pair = -np.partition(-cost, (programs - 1, programs))[programs - 1: programs + 1]
+        longest = max(longest, _below(float(pair.sum())))
+    return longest, _below((float(k.sum()) + len(k) * share_count * (base + split)) / programs)
+
+
+def _shares(k: np.ndarray, share_count: int) -> tuple[np.ndarray, ...]:
+    """Each walk in ``share_count`` equal shares of its key tiles (paged_attention's split): the
+    shares' walks, first and end key tiles."""
+    j = np.tile(np.arange(share_count), len(k))
+    pw = np.repeat(np.arange(len(k)), share_count)
+    return pw, j * k[pw] // share_count, (j + 1) * k[pw] // share_count
+
+
+def _below(mean: float) -> float:
+    """A mean taken a hair lower: the float sum it bounds may round below the exact quotient."""
+    return mean * (1 - 1e-9) - 1e-9
+
+
 def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
     """The walks (longest first) laid end to end and cut every equal share (``_pieces``' result)."""
     ends = np.cumsum(k + base)
+    starts = ends - k - base
     total = float(ends[-1]) if len(ends) else 0.0
     floor = (float(k.max(initial=0)) + base) / (max_pieces - 1)
     # Program j ends where the walks and the fixed costs its cuts add (a piece started inside a
@@ -179,11 +226,13 @@ def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base:
         added = (base + 2 * split_cost) * inner
         share = max((total + added.sum()) / programs, floor)
         cut = np.arange(1, programs) * share - (np.cumsum(added) - added) - split_cost * inner
-        walk, off, cut_at, cut_inner = _cuts(ends, k, cut, base)
-        pieces = _pieces(k, ends, walk, off, cut_at, cut_inner, split_cost, programs, base)
+        walk, off, cut_at, cut_inner = _cuts(ends, starts, k, cut, base)
+        pieces = _pieces(k, starts, walk, off, cut_at, cut_inner, split_cost, programs, base)
         best = pieces if best is None or pieces[-1] < best[-1] else best
-        inner = np.zeros(max(programs - 1, 0), dtype=bool)
+        was, inner = inner, np.zeros(max(programs - 1, 0), dtype=bool)
         inner[: len(cut_inner)] = cut_inner
+        if np.array_equal(was, inner):  # the next pass would cut exactly here again
+            break
     return best
 
 
@@ -269,33 +318,34 @@ def plan_decodes(seq_lens, num_kv_heads: int, block_n: int, programs: int, *, fi
     return replace(work, items=items, row_splits=rows)
 
 
-def _cuts(ends: np.ndarray, k: np.ndarray, cut: np.ndarray, base: float):
-    """Cuts at cost positions ``cut`` along the walks laid end to end: the walk each falls in, its
-    offset there in key tiles (moved to the walk's end where a piece would be under MIN_PIECE), its
-    position in cost units once moved, and whether it falls inside its walk."""
-    starts = ends - k - base
+def _cuts(ends: np.ndarray, starts: np.ndarray, k: np.ndarray, cut: np.ndarray, base: float):
+    """Cuts at cost positions ``cut`` along the walks laid end to end (each from ``starts`` to
+    ``ends``): the walk each falls in, its offset there in key tiles (moved to the walk's end where a
+    piece would be under MIN_PIECE), its position in cost units once moved, and whether it falls
+    inside its walk."""
     cut = cut[cut < (ends[-1] if len(ends) else 0.0)]
     walk = np.searchsorted(ends, cut, side="right")
-    off = np.clip(np.rint(cut - starts[walk] - base), 0, k[walk]).astype(np.int64)
-    off = np.where(off < MIN_PIECE, 0, np.where(k[walk] - off < MIN_PIECE, k[walk], off))
-    inside = starts[walk] + base + off
-    cut_at = np.where(off == 0, starts[walk], np.where(off == k[walk], ends[walk], inside))
-    return walk, off, cut_at, (off > 0) & (off < k[walk])
+    kw, sw = k[walk], starts[walk]
+    off = np.minimum(np.maximum(np.rint(cut - sw - base), 0), kw).astype(np.int64)
+    off = np.where(off < MIN_PIECE, 0, np.where(kw - off < MIN_PIECE, kw, off))
+    cut_at = np.where(off == 0, sw, np.where(off == kw, ends[walk], sw + base + off))
+    return walk, off, cut_at, (off > 0) & (off < kw)
 
 
-def _pieces(k, ends, walk, off, cut_at, inner, split_cost: float, programs: int, base: float):
+def _pieces(k, starts, walk, off, cut_at, inner, split_cost: float, programs: int, base: float):
     """The pieces the cuts make (walk, first and end key tile, its walk's piece count, cost, program)
     and the busiest program's cost."""
-    pw = np.concatenate([np.arange(len(k)), walk[inner]])
-    po = np.concatenate([np.zeros(len(k), dtype=np.int64), off[inner]])
-    pw, po = _unique_pairs(pw, po)
-    last = np.append(pw[1:] != pw[:-1], True)
-    hi = np.where(last, k[pw], np.roll(po, -1))
+    span = int(k.max(initial=0)) + 1  # a (walk, first key tile) pair as one sortable integer
+    key = np.sort(np.concatenate([np.arange(len(k)) * span, walk[inner] * span + off[inner]]),
+                  kind="stable")
+    pw, po = np.divmod(key[np.concatenate([[True], key[1:] != key[:-1]])], span)
+    last = np.concatenate([pw[1:] != pw[:-1], [True]])
+    hi = np.where(last, k[pw], np.concatenate([po[1:], po[:1]]))
     counts = np.bincount(pw, minlength=len(k))
     splits = counts[pw]
     piece_cost = hi - po + base + np.where(splits > 1, split_cost, 0.0)
-    starts = ends[pw] - k[pw] - base
-    first = np.where(po == 0, starts, starts + base + po)
+    start = starts[pw]
+    first = np.where(po == 0, start, start + base + po)
     program = np.searchsorted(np.sort(cut_at), first, side="right")
     path = float(np.bincount(program, weights=piece_cost, minlength=programs).max(initial=0.0))
     return pw, po, hi, counts, splits, piece_cost, program, path
@@ -304,21 +354,12 @@ def _pieces(k, ends, walk, off, cut_at, inner, split_cost: float, programs: int,
 def _flat(k: np.ndarray, share_count: int, split_cost: float, programs: int, base: float):
     """``_pieces``' result for a program per piece, each walk in ``share_count`` equal shares of its key
     tiles (paged_attention's split), longest first as the GPU starts them."""
-    j = np.tile(np.arange(share_count), len(k))
-    pw = np.repeat(np.arange(len(k)), share_count)
-    po, hi = j * k[pw] // share_count, (j + 1) * k[pw] // share_count
+    pw, po, hi = _shares(k, share_count)
     counts = np.full(len(k), share_count)
     piece_cost = hi - po + base + (split_cost if share_count > 1 else 0.0)
     program = np.empty(len(pw), dtype=np.int64)
     program[np.argsort(-piece_cost, kind="stable")] = np.arange(len(pw))
     return pw, po, hi, counts, counts[pw], piece_cost, program, flat_path(piece_cost, programs)
-
-
-def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    order = np.lexsort((b, a))
-    a, b = a[order], b[order]
-    keep = np.append(True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]))
-    return a[keep], b[keep]
 
 
 def _row_splits(query_lens, block_q: int, tile_splits: np.ndarray) -> np.ndarray:
@@ -334,6 +375,8 @@ def flat_path(costs: np.ndarray, slots: int) -> float:
     """The critical path of one program per walk (costs sorted longest first, as the grid runs them)
     on ``slots`` slots, each program onto the slot that frees first: the walks of equal cost placed
     together (a GPU batch has few distinct walks), each group on the earliest free times."""
+    if len(costs) <= slots:  # a slot each
+        return float(np.max(costs, initial=0.0))
     free = np.zeros(slots)
     values, counts = np.unique(costs, return_counts=True)
     for cost, n in zip(values[::-1], counts[::-1]):
