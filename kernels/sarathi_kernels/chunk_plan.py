@@ -227,13 +227,21 @@ def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base:
         share = max((total + added.sum()) / programs, floor)
         cut = np.arange(1, programs) * share - (np.cumsum(added) - added) - split_cost * inner
         walk, off, cut_at, cut_inner = _cuts(ends, starts, k, cut, base)
-        pieces = _pieces(k, starts, walk, off, cut_at, cut_inner, split_cost, programs, base)
-        best = pieces if best is None or pieces[-1] < best[-1] else best
+        # A program's pieces cost at least the span between its cuts: a pass whose widest span is
+        # no shorter than the best plan so far cannot beat it, and is not built.
+        if best is None or _widest(cut_at, total) < best[-1]:
+            pieces = _pieces(k, starts, walk, off, cut_at, cut_inner, split_cost, programs, base)
+            best = pieces if best is None or pieces[-1] < best[-1] else best
         was, inner = inner, np.zeros(max(programs - 1, 0), dtype=bool)
         inner[: len(cut_inner)] = cut_inner
         if np.array_equal(was, inner):  # the next pass would cut exactly here again
             break
     return best
+
+
+def _widest(cut_at: np.ndarray, total: float) -> float:
+    """The widest span between consecutive cuts, in cost units (a hair lower: float sums)."""
+    return _below(float(np.diff(np.concatenate([[0.0], np.sort(cut_at), [total]])).max()))
 
 
 def _tail(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
