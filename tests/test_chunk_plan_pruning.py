@@ -77,3 +77,25 @@ def test_a_decode_batch_builds_fewer_candidate_plans(monkeypatch):
 @pytest.mark.parametrize("costs, slots", [([5.0, 3.0, 3.0, 1.0], 8), ([4.0, 4.0, 2.0], 3)])
 def test_a_flat_grid_of_a_slot_a_piece_takes_its_longest(costs, slots):
     assert cp.flat_path(np.asarray(costs), slots) == max(costs)
+
+
+def vectorised_flat_path(costs, slots):
+    """flat_path as it was: a slot array, each group of equal costs on the earliest free times."""
+    free = np.zeros(slots)
+    values, counts = np.unique(costs, return_counts=True)
+    for cost, n in zip(values[::-1], counts[::-1]):
+        bound = (free.sum() + n * cost) / slots
+        more = np.maximum(np.floor((bound - free) / cost).astype(np.int64) + 1, 0)
+        slot = np.repeat(np.arange(slots), more)
+        start = free[slot] + cost * (np.arange(len(slot)) - np.repeat(np.cumsum(more) - more, more))
+        chosen = slot[np.argsort(start, kind="stable")[:n]]
+        free += cost * np.bincount(chosen, minlength=slots)
+    return float(free.max(initial=0.0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(costs=st.lists(st.integers(1, 40), min_size=1, max_size=300), slots=st.integers(1, 120),
+       fixed=st.sampled_from([0.0, 1.0, 1.3, 2.7]))
+def test_the_flat_path_is_the_slot_by_slot_one(costs, slots, fixed):
+    costs = np.sort(np.asarray(costs) + fixed)[::-1]
+    assert cp.flat_path(costs, slots) == vectorised_flat_path(costs, slots)

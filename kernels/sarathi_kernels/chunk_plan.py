@@ -21,6 +21,7 @@ token's rows are in, which the merge reads (1: the piece stored its output itsel
 """
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
@@ -195,7 +196,7 @@ def _flat_bound(k: np.ndarray, share_count: int, split_cost: float, programs: in
     longest = float(cost.max(initial=0.0))
     if len(cost) > programs:
         pair = -np.partition(-cost, (programs - 1, programs))[programs - 1: programs + 1]
-        longest = max(longest, _below(float(pair.sum())))
+        longest = max(longest, _below(float(pair.sum()), _whole(base, split)))
     return longest, _below((float(k.sum()) + len(k) * share_count * (base + split)) / programs)
 
 
@@ -207,9 +208,14 @@ def _shares(k: np.ndarray, share_count: int) -> tuple[np.ndarray, ...]:
     return pw, j * k[pw] // share_count, (j + 1) * k[pw] // share_count
 
 
-def _below(mean: float) -> float:
-    """A mean taken a hair lower: the float sum it bounds may round below the exact quotient."""
-    return mean * (1 - 1e-9) - 1e-9
+def _below(bound: float, whole: bool = False) -> float:
+    """A bound taken a hair lower: the float sums it bounds may round below it. ``whole``: sums of
+    whole numbers of key tiles, exact as they are."""
+    return bound if whole else bound * (1 - 1e-9) - 1e-9
+
+
+def _whole(base: float, split_cost: float) -> bool:
+    return float(base).is_integer() and float(split_cost).is_integer()
 
 
 def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
@@ -229,7 +235,7 @@ def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base:
         walk, off, cut_at, cut_inner = _cuts(ends, starts, k, cut, base)
         # A program's pieces cost at least the span between its cuts: a pass whose widest span is
         # no shorter than the best plan so far cannot beat it, and is not built.
-        if best is None or _widest(cut_at, total) < best[-1]:
+        if best is None or _widest(cut_at, total, _whole(base, split_cost)) < best[-1]:
             pieces = _pieces(k, starts, walk, off, cut_at, cut_inner, split_cost, programs, base)
             best = pieces if best is None or pieces[-1] < best[-1] else best
         was, inner = inner, np.zeros(max(programs - 1, 0), dtype=bool)
@@ -239,9 +245,9 @@ def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base:
     return best
 
 
-def _widest(cut_at: np.ndarray, total: float) -> float:
-    """The widest span between consecutive cuts, in cost units (a hair lower: float sums)."""
-    return _below(float(np.diff(np.concatenate([[0.0], np.sort(cut_at), [total]])).max()))
+def _widest(cut_at: np.ndarray, total: float, whole: bool) -> float:
+    """The widest span between consecutive cuts, in cost units (``_below``)."""
+    return _below(float(np.diff(np.concatenate([[0.0], np.sort(cut_at), [total]])).max()), whole)
 
 
 def _tail(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
@@ -382,20 +388,27 @@ def _row_splits(query_lens, block_q: int, tile_splits: np.ndarray) -> np.ndarray
 def flat_path(costs: np.ndarray, slots: int) -> float:
     """The critical path of one program per walk (costs sorted longest first, as the grid runs them)
     on ``slots`` slots, each program onto the slot that frees first: the walks of equal cost placed
-    together (a GPU batch has few distinct walks), each group on the earliest free times."""
+    together (a GPU batch has few distinct walks), each group on the earliest free times, the slots
+    kept as counts by the time they free (few distinct times: a heap of them, not of slots)."""
     if len(costs) <= slots:  # a slot each
         return float(np.max(costs, initial=0.0))
-    free = np.zeros(slots)
+    frees = {0.0: slots}
     values, counts = np.unique(costs, return_counts=True)
-    for cost, n in zip(values[::-1], counts[::-1]):
-        # The n earliest of the times each slot could start one more, two more... of these walks.
-        bound = (free.sum() + n * cost) / slots
-        more = np.maximum(np.floor((bound - free) / cost).astype(np.int64) + 1, 0)
-        slot = np.repeat(np.arange(slots), more)
-        start = free[slot] + cost * (np.arange(len(slot)) - np.repeat(np.cumsum(more) - more, more))
-        chosen = slot[np.argsort(start, kind="stable")[:n]]
-        free += cost * np.bincount(chosen, minlength=slots)
-    return float(free.max(initial=0.0))
+    for cost, n in zip(values[::-1].tolist(), counts[::-1].tolist()):
+        # (when its next walk of this cost starts, when it was free before them, walks so far, slots)
+        heap = [(free, free, 0, m) for free, m in frees.items()]
+        heapq.heapify(heap)
+        while n:
+            start, free, taken, m = heapq.heappop(heap)
+            now = min(m, n)
+            n -= now
+            if m > now:
+                heapq.heappush(heap, (start, free, taken, m - now))
+            heapq.heappush(heap, (free + cost * (taken + 1), free, taken + 1, now))
+        frees = {}
+        for start, _, _, m in heap:
+            frees[start] = frees.get(start, 0) + m
+    return max(frees)
 
 
 def grid_path(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, slots: int, splits: int = 1,
