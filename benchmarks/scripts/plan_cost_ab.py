@@ -1,6 +1,8 @@
 """chunk_plan.plan_chunks at a past commit against the worktree's, on the plans plan_cost's replay
 misses: whether each plan is the same, the candidate plans each builds, and the old / new planning
-time, timed interleaved in one process (a ratio: absolute times on a shared machine mean little).
+time, timed interleaved in one process (a ratio: absolute times on a shared machine mean little);
+then plan_cost's whole cached replay (attention_plan.plan_batch an iteration) with either module's
+planner, interleaved an iteration at a time.
 
     PYTHONPATH=<worktree>:<worktree>/kernels python benchmarks/scripts/plan_cost_ab.py \
         [old_commit] [requests] [repeats]
@@ -76,3 +78,42 @@ print(f"plan_chunks us (this machine, shared): old median {np.median(t_old):.0f}
       f"{np.percentile(t_old, 99):.0f}; new median {np.median(t_new):.0f} p99 "
       f"{np.percentile(t_new, 99):.0f}; old / new: total {t_old.sum() / t_new.sum():.2f}, "
       f"median {np.median(t_old) / np.median(t_new):.2f}")
+
+
+def replay_times(modules) -> list[np.ndarray]:
+    """plan_batch's time an iteration (us) with each module's planner, cached as the engine runs."""
+    import torch
+    from sarathi_kernels import attention_plan
+    from sarathi_kernels.occupancy import H100
+
+    from sarathi_lab.attention.triton_backend import TritonAttention
+    from sarathi_lab.model.presets import PRESETS
+    from sarathi_lab.model.shape import Shape
+    from sarathi_lab.tuned_kernels import table_named, using
+
+    shape = Shape.of(PRESETS[plan_cost.MODEL])
+    with using(table_named(plan_cost.DEVICE_NAME)):
+        backend = TritonAttention()
+        probe = torch.empty(1, 1, shape.kv_heads, shape.head_dim, dtype=torch.bfloat16)
+        tiles, rule = backend._tiles(probe), backend._rule(probe)
+    times = [[] for _ in modules]
+    for module in modules:
+        module.clear_plan_cache()
+    for query_lens, seq_lens, prefills, _ in seen:
+        for module, out in zip(modules, times):
+            attention_plan.cached_chunks, attention_plan.plan_decodes = module.cached_chunks, \
+                module.plan_decodes
+            start = time.perf_counter_ns()
+            attention_plan.plan_batch(query_lens, seq_lens, shape.heads, shape.kv_heads,
+                                      num_prefills=prefills, limits=H100, tiles=tiles, rule=rule)
+            out.append((time.perf_counter_ns() - start) / 1e3)
+    attention_plan.cached_chunks, attention_plan.plan_decodes = chunk_plan.cached_chunks, \
+        chunk_plan.plan_decodes
+    return [np.array(t) for t in times]
+
+
+forward_us = np.array([f for *_, f in seen]) * 1e6
+for label, us in zip(("old", "new"), replay_times([old, chunk_plan])):
+    print(f"plan_batch an iteration, {label}: median {np.median(us):.0f} us, p99 "
+          f"{np.percentile(us, 99):.0f} us, p99 share of the predicted forward "
+          f"{np.percentile(us / forward_us, 99):.1%}")
