@@ -158,7 +158,7 @@ def _best(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base
     plan, fewer numpy calls."""
     best = _cut(k, programs, split_cost, max_pieces, base)
     if _tail_bound(k, programs, base) < best[-1]:
-        tail = _tail(k, programs, split_cost, max_pieces, base)
+        tail = _tail(k, programs, split_cost, max_pieces, base, best[-1])
         best = tail if tail is not None and tail[-1] < best[-1] else best
     # Today's grid (a program per walk, or per each of its equal shares within two waves, as
     # split_rule.py bounds it) where no cut plan beats it.
@@ -250,22 +250,27 @@ def _widest(cut_at: np.ndarray, total: float, whole: bool) -> float:
     return _below(float(np.diff(np.concatenate([[0.0], np.sort(cut_at), [total]])).max()), whole)
 
 
-def _tail(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
+def _tail(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float,
+          beat: float = np.inf):
     """Whole waves of walks unsplit, a walk a slot a wave, and only the walks past them cut (every
     equal share, or each in equal shares within one wave), each share onto the slot its whole walks
     load least: a grid a few walks past whole waves spreads them over every slot instead of paying a
-    wave for them. None: no such walks."""
+    wave for them. None: no such walks. Equal shares whose longest, on the least loaded slot, cannot
+    ``beat`` a plan are not built (the best of them is then one that does, or none does)."""
     whole = len(k) // programs * programs
     if whole == 0 or whole == len(k):
         return None
     rest = k[whole:]
-    tails = [_cut(rest, programs, split_cost, max_pieces, base)]
-    most = min(max_pieces, int(rest.min()) // MIN_PIECE)
-    tails += [_flat(rest, n, split_cost, programs, base) for n in range(2, most + 1)
-              if len(rest) * n <= programs]
     slot = np.arange(whole) % programs
     load = np.bincount(slot, weights=k[:whole] + base, minlength=programs)
     lightest = np.argsort(load, kind="stable")
+    tails = [_cut(rest, programs, split_cost, max_pieces, base)]
+    for n in range(2, min(max_pieces, int(rest.min()) // MIN_PIECE) + 1):
+        if len(rest) * n > programs:
+            break
+        # Its longest piece goes onto the least loaded slot, added as the path adds it.
+        if float(load.min()) + (-(-int(rest.max()) // n) + base + split_cost) < beat:
+            tails.append(_flat(rest, n, split_cost, programs, base))
     ones, best = np.ones(whole, dtype=np.int64), None
     for tw, to, th, tc, ts, tcost, tprog, _ in tails:
         cost = np.concatenate([k[:whole] + base, tcost])
