@@ -21,11 +21,12 @@ token's rows are in, which the merge reads (1: the piece stored its output itsel
 """
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+from sarathi_kernels.plan_bounds import exact_sums, flat_bound, flat_path, shares, tail_bound, widest
 
 ITEM_FIELDS = 8  # request, kv_head, first_q, key_lo, key_hi, split, splits, unused (16-byte rows)
 # A piece's fixed cost in key tiles' worth: loading its query tile and storing its output are each
@@ -154,10 +155,10 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
 def _best(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
     """The pieces of the shortest critical path among the plans tried: the walks cut every equal
     share, whole waves of walks with only the rest cut, and today's flat grid. A plan whose lower
-    bound (``_tail_bound``, ``_flat_bound``) cannot beat the best so far is not built: the same
+    bound (``tail_bound``, ``flat_bound``) cannot beat the best so far is not built: the same
     plan, fewer numpy calls."""
     best = _cut(k, programs, split_cost, max_pieces, base)
-    if _tail_bound(k, programs, base) < best[-1]:
+    if tail_bound(k, programs, base) < best[-1]:
         tail = _tail(k, programs, split_cost, max_pieces, base, best[-1])
         best = tail if tail is not None and tail[-1] < best[-1] else best
     # Today's grid (a program per walk, or per each of its equal shares within two waves, as
@@ -165,7 +166,7 @@ def _best(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base
     for share_count in range(1, min(max_pieces, int(k.min()) if len(k) else 1) + 1):
         if share_count > 1 and len(k) * share_count > FLAT_WAVES * programs:
             break
-        piece_bound, mean_bound = _flat_bound(k, share_count, split_cost, programs, base)
+        piece_bound, mean_bound = flat_bound(k, share_count, split_cost, programs, base)
         if mean_bound >= best[-1]:  # a higher count only adds fixed costs
             break
         # Share count 1 wins ties: only a bound over the best rules it out.
@@ -174,48 +175,6 @@ def _best(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base
         flat = _flat(k, share_count, split_cost, programs, base)
         best = flat if flat[-1] < best[-1] or (flat[-1] == best[-1] and share_count == 1) else best
     return best
-
-
-def _tail_bound(k: np.ndarray, programs: int, base: float) -> float:
-    """No ``_tail`` plan is shorter: its busiest slot's whole walks (added to before any tail piece,
-    so the same float sum), or every walk's cost spread evenly (inf: no tail plan)."""
-    whole = len(k) // programs * programs
-    if whole == 0 or whole == len(k):
-        return np.inf
-    load = np.bincount(np.arange(whole) % programs, weights=k[:whole] + base, minlength=programs)
-    return max(float(load.max()), _below(float((k + base).sum()) / programs))
-
-
-def _flat_bound(k: np.ndarray, share_count: int, split_cost: float, programs: int, base: float):
-    """Lower bounds on ``_flat``'s critical path: its longest piece, or past one wave the two least
-    of its longest ``programs + 1`` pieces (some slot runs two of them); and its pieces' total
-    spread evenly over the slots."""
-    split = split_cost if share_count > 1 else 0.0
-    _, po, hi = _shares(k, share_count)
-    cost = hi - po + base + split  # summed as _flat sums its costs
-    longest = float(cost.max(initial=0.0))
-    if len(cost) > programs:
-        pair = -np.partition(-cost, (programs - 1, programs))[programs - 1: programs + 1]
-        longest = max(longest, _below(float(pair.sum()), _whole(base, split)))
-    return longest, _below((float(k.sum()) + len(k) * share_count * (base + split)) / programs)
-
-
-def _shares(k: np.ndarray, share_count: int) -> tuple[np.ndarray, ...]:
-    """Each walk in ``share_count`` equal shares of its key tiles (paged_attention's split): the
-    shares' walks, first and end key tiles."""
-    j = np.tile(np.arange(share_count), len(k))
-    pw = np.repeat(np.arange(len(k)), share_count)
-    return pw, j * k[pw] // share_count, (j + 1) * k[pw] // share_count
-
-
-def _below(bound: float, whole: bool = False) -> float:
-    """A bound taken a hair lower: the float sums it bounds may round below it. ``whole``: sums of
-    whole numbers of key tiles, exact as they are."""
-    return bound if whole else bound * (1 - 1e-9) - 1e-9
-
-
-def _whole(base: float, split_cost: float) -> bool:
-    return float(base).is_integer() and float(split_cost).is_integer()
 
 
 def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float):
@@ -235,7 +194,7 @@ def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base:
         walk, off, cut_at, cut_inner = _cuts(ends, starts, k, cut, base)
         # A program's pieces cost at least the span between its cuts: a pass whose widest span is
         # no shorter than the best plan so far cannot beat it, and is not built.
-        if best is None or _widest(cut_at, total, _whole(base, split_cost)) < best[-1]:
+        if best is None or widest(cut_at, total, exact_sums(base, split_cost)) < best[-1]:
             pieces = _pieces(k, starts, walk, off, cut_at, cut_inner, split_cost, programs, base)
             best = pieces if best is None or pieces[-1] < best[-1] else best
         was, inner = inner, np.zeros(max(programs - 1, 0), dtype=bool)
@@ -243,11 +202,6 @@ def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base:
         if np.array_equal(was, inner):  # the next pass would cut exactly here again
             break
     return best
-
-
-def _widest(cut_at: np.ndarray, total: float, whole: bool) -> float:
-    """The widest span between consecutive cuts, in cost units (``_below``)."""
-    return _below(float(np.diff(np.concatenate([[0.0], np.sort(cut_at), [total]])).max()), whole)
 
 
 def _tail(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base: float,
@@ -373,7 +327,7 @@ def _pieces(k, starts, walk, off, cut_at, inner, split_cost: float, programs: in
 def _flat(k: np.ndarray, share_count: int, split_cost: float, programs: int, base: float):
     """``_pieces``' result for a program per piece, each walk in ``share_count`` equal shares of its key
     tiles (paged_attention's split), longest first as the GPU starts them."""
-    pw, po, hi = _shares(k, share_count)
+    pw, po, hi = shares(k, share_count)
     counts = np.full(len(k), share_count)
     piece_cost = hi - po + base + (split_cost if share_count > 1 else 0.0)
     program = np.empty(len(pw), dtype=np.int64)
@@ -388,32 +342,6 @@ def _row_splits(query_lens, block_q: int, tile_splits: np.ndarray) -> np.ndarray
     tok_req = np.repeat(np.arange(len(q)), q)
     within = np.arange(int(q.sum())) - np.repeat(np.cumsum(q) - q, q)
     return tile_splits[(np.cumsum(tiles) - tiles)[tok_req] + within // block_q]
-
-
-def flat_path(costs: np.ndarray, slots: int) -> float:
-    """The critical path of one program per walk (costs sorted longest first, as the grid runs them)
-    on ``slots`` slots, each program onto the slot that frees first: the walks of equal cost placed
-    together (a GPU batch has few distinct walks), each group on the earliest free times, the slots
-    kept as counts by the time they free (few distinct times: a heap of them, not of slots)."""
-    if len(costs) <= slots:  # a slot each
-        return float(np.max(costs, initial=0.0))
-    frees = {0.0: slots}
-    values, counts = np.unique(costs, return_counts=True)
-    for cost, n in zip(values[::-1].tolist(), counts[::-1].tolist()):
-        # (when its next walk of this cost starts, when it was free before them, walks so far, slots)
-        heap = [(free, free, 0, m) for free, m in frees.items()]
-        heapq.heapify(heap)
-        while n:
-            start, free, taken, m = heapq.heappop(heap)
-            now = min(m, n)
-            n -= now
-            if m > now:
-                heapq.heappush(heap, (start, free, taken, m - now))
-            heapq.heappush(heap, (free + cost * (taken + 1), free, taken + 1, now))
-        frees = {}
-        for start, _, _, m in heap:
-            frees[start] = frees.get(start, 0) + m
-    return max(frees)
 
 
 def grid_path(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: int, slots: int, splits: int = 1,
