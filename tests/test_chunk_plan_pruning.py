@@ -2,7 +2,6 @@
 stops once its cuts repeat) and picks the very plan the exhaustive search picks: every candidate
 built, four passes of cuts each, as the planner did before the pruning."""
 import numpy as np
-import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sarathi_kernels import chunk_plan as cp
@@ -72,11 +71,6 @@ def test_a_decode_batch_builds_fewer_candidate_plans(monkeypatch):
     built.clear()
     assert _same(pruned, exhaustive_best(k, 396, 1.0, 16, 0.0))
     assert searched < len(built) / 1.5
-
-
-@pytest.mark.parametrize("costs, slots", [([5.0, 3.0, 3.0, 1.0], 8), ([4.0, 4.0, 2.0], 3)])
-def test_a_flat_grid_of_a_slot_a_piece_takes_its_longest(costs, slots):
-    assert cp.flat_path(np.asarray(costs), slots) == max(costs)
 
 
 def vectorised_flat_path(costs, slots):
