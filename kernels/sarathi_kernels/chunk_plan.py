@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sarathi_kernels.plan_bounds import exact_sums, flat_bound, flat_path, shares, tail_bound, widest
+from sarathi_kernels.plan_bounds import flat_bound, flat_path, shares, tail_bound, widest
 
 ITEM_FIELDS = 8  # request, kv_head, first_q, key_lo, key_hi, split, splits, unused (16-byte rows)
 # A piece's fixed cost in key tiles' worth: loading its query tile and storing its output are each
@@ -194,7 +194,7 @@ def _cut(k: np.ndarray, programs: int, split_cost: float, max_pieces: int, base:
         walk, off, cut_at, cut_inner = _cuts(ends, starts, k, cut, base)
         # A program's pieces cost at least the span between its cuts: a pass whose widest span is
         # no shorter than the best plan so far cannot beat it, and is not built.
-        if best is None or widest(cut_at, total, exact_sums(base, split_cost)) < best[-1]:
+        if best is None or widest(cut_at, total, base, split_cost) < best[-1]:
             pieces = _pieces(k, starts, walk, off, cut_at, cut_inner, split_cost, programs, base)
             best = pieces if best is None or pieces[-1] < best[-1] else best
         was, inner = inner, np.zeros(max(programs - 1, 0), dtype=bool)

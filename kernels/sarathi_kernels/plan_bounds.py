@@ -51,9 +51,14 @@ def exact_sums(base: float, split_cost: float) -> bool:
     return float(base).is_integer() and float(split_cost).is_integer()
 
 
-def widest(cut_at: np.ndarray, total: float, exact: bool) -> float:
-    """The widest span between consecutive cuts, in cost units (``below``)."""
-    return below(float(np.diff(np.concatenate([[0.0], np.sort(cut_at), [total]])).max()), exact)
+def widest(cut_at: np.ndarray, total: float, base: float, split_cost: float) -> float:
+    """The widest span between consecutive cuts, in cost units (``below``): no bound (-inf) unless
+    the cuts lie on whole key tiles (a whole base cost), where a walk ends exactly where the next
+    starts and a program's pieces cover exactly the span between its cuts."""
+    if not float(base).is_integer():
+        return -np.inf
+    spans = np.diff(np.concatenate([[0.0], np.sort(cut_at), [total]]))
+    return below(float(spans.max()), exact_sums(base, split_cost))
 
 
 def flat_path(costs: np.ndarray, slots: int) -> float:
