@@ -33,6 +33,11 @@ class AttentionBackend(ABC):
     def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> None:
         """Called once per iteration before the forward, with one layer's key cache; may set ``meta.plan``."""
 
+    def warm(self, query_lens: list[int], seq_lens: list[int], num_prefills: int, num_heads: int,
+             k_cache: torch.Tensor) -> None:
+        """Plan a likely next batch of these lengths ahead, while the device runs this one, so its
+        own planning finds the work done; a backend that keeps no plans has nothing to do."""
+
     @abstractmethod
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, meta: AttentionMetadata) -> None:

@@ -140,11 +140,18 @@ class TritonAttention(AttentionBackend):
         """The batch's launches, from its host lengths, planned once (kept on ``meta.plan``); a CUDA
         graph's captured batch holds its graph's plan there instead."""
         if not isinstance(meta.plan, k.plan.AttentionPlan):
-            meta.plan = k.plan.plan_batch(meta.query_lens_host, meta.seq_lens_host, num_heads, k_cache.shape[2],
-                                          num_prefills=meta.num_prefills, element_size=k_cache.element_size(),
-                                          limits=self._limits(k_cache), tiles=self._tiles(k_cache),
-                                          rule=self._rule(k_cache))
+            meta.plan = self._plan_lengths(meta.query_lens_host, meta.seq_lens_host, meta.num_prefills,
+                                           num_heads, k_cache)
         return meta.plan
+
+    def warm(self, query_lens, seq_lens, num_prefills, num_heads, k_cache) -> None:
+        # The same planning as batch_plan's: its balanced work lands in chunk_plan's cache.
+        self._plan_lengths(query_lens, seq_lens, num_prefills, num_heads, k_cache)
+
+    def _plan_lengths(self, query_lens, seq_lens, num_prefills, num_heads, k_cache):
+        return k.plan.plan_batch(query_lens, seq_lens, num_heads, k_cache.shape[2], num_prefills=num_prefills,
+                                 element_size=k_cache.element_size(), limits=self._limits(k_cache),
+                                 tiles=self._tiles(k_cache), rule=self._rule(k_cache))
 
     def graph_plan(self, tokens: int, requests: int, num_heads: int, k_cache: torch.Tensor, *, max_seq_len: int,
                    prefill_tiles, fewest_tokens: int, fewest_decodes: int, split_counts: torch.Tensor):

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import NamedTuple
 
 from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.next_batch import NextBatch
 from sarathi_lab.engine.sequence import SamplingParams
 
 
@@ -17,6 +19,10 @@ class StepOutput(NamedTuple):
 
 
 class Executor(ABC):
+    # The scheduler's guess at a batch's successor (Scheduler.likely_next), given by the engine: an
+    # executor may plan it ahead while the device runs the batch.
+    likely_next: Callable[[ScheduledBatch], NextBatch | None] | None = None
+
     def start(self, sampling: SamplingParams) -> None:
         """A new generate call's parameters (a simulator's tokens are fixed: nothing to do)."""
 

@@ -21,6 +21,7 @@ class LLMEngine:
         self.scheduler = scheduler
         self.executor = executor
         self.clock = clock
+        executor.likely_next = scheduler.likely_next
         self.metrics = Metrics()
         self._records: dict[int, RequestRecord] = {}
         self._t0 = clock.now()

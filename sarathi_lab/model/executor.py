@@ -21,6 +21,9 @@ class ModelExecutor(Samples, Executor):
         self.cuda = runner.device.type == "cuda"
         self._events = ((torch.cuda.Event(enable_timing=True),
                          torch.cuda.Event(enable_timing=True)) if self.cuda else None)
+        # Only where the device runs the forward while the host goes on: on a synchronous one the
+        # next batch's planning would only add host time. A test may turn it on.
+        self.plans_ahead = self.cuda
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         clock = self.clock
@@ -38,6 +41,8 @@ class ModelExecutor(Samples, Executor):
             start.record()
             output = self.forward(prepared, fused)
             end.record()
+            if self.plans_ahead:
+                self.plan_ahead(batch)
             end.synchronize()
             forward_s = start.elapsed_time(end) / 1e3
             t2 = clock.now()
@@ -46,6 +51,8 @@ class ModelExecutor(Samples, Executor):
             output = self.forward(prepared, fused)
             t2 = clock.now()
             forward_s = t2 - t1
+            if self.plans_ahead:
+                self.plan_ahead(batch)
         tokens = output if fused else self.sample(output, batch.sampled)
         t3 = clock.now()
         return StepOutput(tokens, prepare_s=t1 - t0, forward_s=forward_s, sample_s=t3 - t2)
@@ -54,3 +61,10 @@ class ModelExecutor(Samples, Executor):
         graph = None if self.graphs is None or fused else self.graphs.graph_for(prepared)
         return (self.runner.forward(prepared, fused) if graph is None
                 else self.graphs.replay(prepared, graph))
+
+    def plan_ahead(self, batch: ScheduledBatch) -> None:
+        """The next batch's likely attention plan made while this one's forward runs, so that if it
+        comes as predicted its planning is a cache hit off the critical path."""
+        likely = self.likely_next(batch) if self.likely_next is not None else None
+        if likely is not None:
+            self.runner.warm(likely)

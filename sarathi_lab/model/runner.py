@@ -10,6 +10,7 @@ import torch
 
 from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.next_batch import NextBatch
 from sarathi_lab.model.block_tables import BlockTables
 from sarathi_lab.model.decoder import CausalLM
 from sarathi_lab.model.nano_batch import NO_OVERLAP, NanoBatch, OverlapRule, nano_batches
@@ -76,6 +77,14 @@ class ModelRunner:
             for part in prepared.nano:
                 self.model.backend.plan(part.meta, self.kv_caches[0][0])
         return prepared
+
+    def warm(self, likely: NextBatch) -> None:
+        """``likely``'s attention planned ahead; not where it would run as nano-batches (planned
+        per part)."""
+        lens, prefills = likely.query_lens, likely.num_prefills
+        if self.overlap.cut(sum(lens), sum(lens[:prefills]), len(lens) - prefills) is None:
+            self.model.backend.warm(likely.query_lens, likely.seq_lens, likely.num_prefills,
+                                    self.model.config.num_attention_heads, self.kv_caches[0][0])
 
     @torch.inference_mode()
     def forward(self, prepared: PreparedBatch, argmax: bool = False) -> torch.Tensor | list[int]:

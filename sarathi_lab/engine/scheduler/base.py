@@ -21,6 +21,7 @@ from sarathi_lab.config import (
 )
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
+from sarathi_lab.engine.next_batch import NextBatch, likely_next
 from sarathi_lab.engine.sequence import Sequence, Status, append_tokens, split_prefilling
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,15 @@ class Scheduler(ABC):
     @abstractmethod
     def compose(self, batch: ScheduledBatch) -> None:
         """The policy."""
+
+    def likely_chunks(self, num_decodes: int, uncomputed: list[int]) -> list[int] | None:
+        """The chunk each ongoing prefill (its tokens left, in priority order) would get beside
+        ``num_decodes`` decodes if nothing joins; None: the policy does not say."""
+        return None if uncomputed else []
+
+    def likely_next(self, batch: ScheduledBatch) -> NextBatch | None:
+        """``batch``'s likely successor (next_batch.py), read without deciding it."""
+        return likely_next(batch, self.likely_chunks)
 
     def update(self, batch: ScheduledBatch, tokens: list[int]) -> list[Sequence]:
         """vLLM's update_from_output: the scheduler alone owns request state."""

@@ -67,3 +67,9 @@ class SarathiScheduler(Scheduler):
             self._schedule_chunk(ongoing[0], size, batch)
         elif self.waiting and len(self.running) < self.config.max_batch_size:
             self._schedule_chunk(self.waiting[0], size, batch)
+
+    def likely_chunks(self, num_decodes: int, uncomputed: list[int]) -> list[int]:
+        """compose's one chunk, for the oldest ongoing prefill."""
+        if not uncomputed:
+            return []
+        return [min(uncomputed[0], self.chunk_tokens(num_decodes))] + [0] * (len(uncomputed) - 1)

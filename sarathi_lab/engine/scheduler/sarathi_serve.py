@@ -41,3 +41,11 @@ class SarathiServeScheduler(Scheduler):
             if not scheduled:
                 break
             budget -= scheduled
+
+    def likely_chunks(self, num_decodes: int, uncomputed: list[int]) -> list[int]:
+        """compose's budget walk over the ongoing prefills, nothing scheduled."""
+        budget, sizes = self.config.token_budget - num_decodes, []
+        for left in uncomputed:
+            sizes.append(max(0, min(left, budget)))
+            budget -= sizes[-1]
+        return sizes
