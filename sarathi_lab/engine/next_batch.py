@@ -3,10 +3,11 @@ every request still running, each decode a token longer, each partial prefill gi
 scheduler would give it. Only to warm a cache ahead of time: it schedules nothing."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sarathi_lab.engine.batch import ScheduledBatch
+from sarathi_lab.engine.sequence import Sequence
 
 
 @dataclass(frozen=True)
@@ -17,11 +18,11 @@ class NextBatch:
     num_prefills: int
 
 
-def likely_next(batch: ScheduledBatch,
-                chunks: Callable[[int, list[int]], list[int] | None]) -> NextBatch | None:
-    """``batch``'s successor if nothing joins, finishes on a sampled token or is preempted;
-    ``chunks(decodes, uncomputed)``: the scheduler's chunk for each ongoing prefill (None: no
-    guess)."""
+def likely_next(batch: ScheduledBatch, chunks: Callable[[int, list[int]], list[int] | None],
+                joining: Iterable[Sequence] = ()) -> NextBatch | None:
+    """``batch``'s successor if only ``joining`` (waiting now, in the policy's order) joins and
+    nothing finishes on a sampled token or is preempted; ``chunks(decodes, uncomputed)``: the
+    scheduler's chunk for each prefill in its walk's order (None: no guess)."""
     decoding, prefilling = [], []
     for chunk in batch.prefills:
         seq = chunk.seq
@@ -36,6 +37,7 @@ def likely_next(batch: ScheduledBatch,
     # The scheduler walks its running requests in priority order (unique: arrival, id).
     decoding.sort()
     prefilling.sort()
+    prefilling += [(seq.priority, seq.num_computed, seq.num_uncomputed) for seq in joining]
     sizes = chunks(len(decoding), [left for *_, left in prefilling])
     if sizes is None:
         return None

@@ -27,6 +27,10 @@ from sarathi_lab.engine.sequence import Sequence, Status, append_tokens, split_p
 log = logging.getLogger(__name__)
 
 
+# The waiting requests likely_next reads: an iteration's budget is spent by a few prompts.
+LIKELY_JOINS = 4
+
+
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     max_batch_size: int
@@ -158,8 +162,15 @@ class Scheduler(ABC):
         return None if uncomputed else []
 
     def likely_next(self, batch: ScheduledBatch) -> NextBatch | None:
-        """``batch``'s likely successor (next_batch.py), read without deciding it."""
-        return likely_next(batch, self.likely_chunks)
+        """``batch``'s likely successor (next_batch.py), read without deciding it: the waiting
+        requests it admits now may join (a chunking policy's budget takes a few at most)."""
+        room = self.config.max_batch_size - len(self.running)
+        joining = []
+        for seq in self.waiting[:min(room, LIKELY_JOINS)]:
+            if not self._admits(seq):
+                break
+            joining.append(seq)
+        return likely_next(batch, self.likely_chunks, joining)
 
     def update(self, batch: ScheduledBatch, tokens: list[int]) -> list[Sequence]:
         """vLLM's update_from_output: the scheduler alone owns request state."""
