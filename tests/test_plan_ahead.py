@@ -109,9 +109,14 @@ def test_warming_makes_the_next_lookup_a_hit_and_changes_no_plan(h100_backend):
     assert predicted > 0
 
 
-def test_plans_ahead_only_where_the_device_runs_asynchronously():
-    llm = LLM("tiny", device="cpu", dtype="float32", warmup_iters=0)
-    assert llm.engine.executor.plans_ahead is False
+def test_plans_ahead_only_where_the_device_runs_asynchronously(monkeypatch):
+    from sarathi_lab.model.runner import ModelRunner
+
+    warmed = []
+    monkeypatch.setattr(ModelRunner, "warm", lambda self, likely: warmed.append(likely))
+    llm = LLM("tiny", device="cpu", dtype="float32", warmup_iters=0, chunk_size=16)
+    llm.generate([[5] * 40, [7] * 9], max_new_tokens=4)
+    assert llm.engine.executor.plans_ahead is False and not warmed
 
 
 def test_planning_ahead_changes_no_greedy_token(monkeypatch):
