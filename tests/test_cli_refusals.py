@@ -37,7 +37,7 @@ CASES = {
     "produce: root under a file": (["sarathi_lab.produce", "--root", "{file}/below"], "a_file"),
     "bench: unknown benchmark": (["sarathi_lab.measure.bench", "nope"], "'nope'"),
     "bench: bad value": (["sarathi_lab.measure.bench", "sampling", "--reps", "0"], "--reps"),
-    "bench: unknown option": (["sarathi_lab.measure.bench.ceilings", "--bogus"], "--bogus"),
+    "bench: unknown option": (["sarathi_lab.measure", "ceilings", "--bogus"], "--bogus"),
     "gpu: bad budget": (["sarathi_lab.measure.gpu", "--budget-min", "-1"], "--budget-min"),
     "gpu: unknown step": (["sarathi_lab.measure.gpu", "--steps", "nope"], "nope"),
     "gpu: restore from a non-tar": (["sarathi_lab.measure.gpu", "--dry-run", "--out", "{tmp}/gpu",

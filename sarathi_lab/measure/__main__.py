@@ -12,8 +12,8 @@ from pathlib import Path
 
 from sarathi_lab.harness.tasks import task_names
 from sarathi_lab.measure import tasks
-from sarathi_lab.measure.bench.__main__ import ALL, BENCHMARKS
 from sarathi_lab.measure.bench.__main__ import main as run_benchmark
+from sarathi_lab.measure.bench.case import ALL, NAMES, what
 from sarathi_lab.measure.gpu.plan import STEPS
 from sarathi_lab.measure.sim_check import CHECKS
 
@@ -35,10 +35,10 @@ def _task_line(name: str) -> str:
 def listing() -> str:
     return "\n".join([
         __doc__, "", "benchmarks (python -m sarathi_lab.measure NAME):",
-        *(_line(n, what) for n, what in BENCHMARKS.items()),
+        *(_line(n, what(n)) for n in NAMES),
         _line("all", f"{', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"),
         "", "simulator checks (python -m sarathi_lab.measure NAME):",
-        *(_line(n, what) for n, what in CHECKS.items()),
+        *(_line(n, line) for n, line in CHECKS.items()),
         "", "GPU suite steps (python -m sarathi_lab.measure.gpu --steps NAME):",
         *(_line(s.name, s.what) for s in STEPS),
         "", "tasks (python -m sarathi_lab.run task=NAME):",
@@ -51,11 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         print(listing())
         return 0
     name, rest = argv[0], argv[1:]
-    if name in (*BENCHMARKS, "all"):
+    if name in (*NAMES, "all"):
         return run_benchmark(argv)
     if name not in CHECKS:
         print(f"error: measurement {name!r} is invalid: allowed are "
-              f"{', '.join([*BENCHMARKS, 'all', *CHECKS])} "
+              f"{', '.join([*NAMES, 'all', *CHECKS])} "
               "(python -m sarathi_lab.measure lists them)", file=sys.stderr)
         return 2
     importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)

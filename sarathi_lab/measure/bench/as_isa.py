@@ -7,11 +7,10 @@ interpreter: the libraries read their ISA settings when they load.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
-from sarathi_lab.measure.bench.__main__ import BENCHMARKS
+from sarathi_lab.measure.bench.case import NAMES, named
 from sarathi_lab.measure.profiling import isa
 from sarathi_lab.measure.profiling.machine import cpu_flags
 
@@ -20,10 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or argv[0] in ("-h", "--help"):
         kinds = "\n".join(f"  {name:12s} {kind.what}" for name, kind in isa.KINDS.items())
-        print(f"{__doc__}\nkinds:\n{kinds}\nbenchmarks: {', '.join(BENCHMARKS)}")
+        print(f"{__doc__}\nkinds:\n{kinds}\nbenchmarks: {', '.join(NAMES)}")
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     name, bench, rest = argv[0], argv[1], argv[2:]
-    for key, value, allowed in (("KIND", name, isa.KINDS), ("BENCHMARK", bench, BENCHMARKS)):
+    for key, value, allowed in (("KIND", name, isa.KINDS), ("BENCHMARK", bench, NAMES)):
         if value not in allowed:
             print(f"as_isa: {key}={value!r} is not one of {sorted(allowed)}", file=sys.stderr)
             return 2
@@ -37,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *argv],
                   os.environ | kind.environment(name))
     isa.apply()
-    importlib.import_module(f"sarathi_lab.measure.bench.{bench}").main(rest)
+    named(bench).run(rest)
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pandas as pd
@@ -15,14 +16,8 @@ from sarathi_lab import host_load as load
 from sarathi_lab.config import DTYPE_BYTES, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.metrics import overhead_fraction
-from sarathi_lab.measure.bench.args import (
-    bench_parser,
-    hybrid_pairs,
-    positive_int,
-    positive_ints,
-    table_path,
-)
-from sarathi_lab.measure.bench.common import parse, print_table
+from sarathi_lab.measure.bench.args import hybrid_pairs, positive_int, positive_ints
+from sarathi_lab.measure.bench.case import Case, Report
 from sarathi_lab.measure.profiling.machine import describe_machine
 from sarathi_lab.measure.profiling.overhead import TARGET
 
@@ -140,43 +135,49 @@ def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_mod
     }
 
 
-def run(args) -> pd.DataFrame:
+def start(args) -> SimpleNamespace:
     from sarathi_lab.model import load_config
     from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device
 
-    start = load.snapshot()
-    cost_model = CostModel.for_device(GPU, MODEL, dtype=DTYPE)
+    load_start = load.snapshot()
     gpu, config = load_device(GPU, DTYPE), load_config(MODEL)
 
     def kv_fits(tokens: int, kv_tokens: int) -> bool:
         return kv_tokens <= kv_capacity_tokens(gpu, config, DTYPE_BYTES[DTYPE], tokens)
 
-    rows = []
-    for context in args.contexts:
-        for chunk, decodes in [(0, batch) for batch in args.decode_batches] + args.hybrid:
-            steps = measure(decodes, context, chunk, args.reps, args.warmup)
-            rows.append(summarize(decodes, context, chunk, steps, cost_model, kv_fits))
-    print(describe_machine("cpu"))
-    print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one "
-          f"{GPU} | median of {args.reps} iterations after {args.warmup} | "
-          f"{load.contention(start)}")
-    table = print_table(rows, args.out,
-                        f"Host time per iteration beside the predicted {GPU} forward: its "
-                        f"overhead_fraction (target < {TARGET:.0%})",
-                        extra={"model": MODEL, "gpu": GPU})
-    if not table["kv_fits"].all():
-        print(f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; "
-              f"its forward is"
-              " the cost model's what-if")
+    return SimpleNamespace(args=args, load=load_start, kv_fits=kv_fits,
+                           cost_model=CostModel.for_device(GPU, MODEL, dtype=DTYPE))
+
+
+def grid(args) -> list[tuple[int, int, int]]:
+    """(context, chunk, decodes): every decode batch, then the hybrid ones, at each context."""
+    return [(context, chunk, decodes) for context in args.contexts
+            for chunk, decodes in [(0, batch) for batch in args.decode_batches] + args.hybrid]
+
+
+def measure_point(s: SimpleNamespace, point: tuple[int, int, int]) -> dict:
+    context, chunk, decodes = point
+    steps = measure(decodes, context, chunk, s.args.reps, s.args.warmup)
+    return summarize(decodes, context, chunk, steps, s.cost_model, s.kv_fits)
+
+
+def report(s: SimpleNamespace, table: pd.DataFrame) -> Report:
+    head = [describe_machine("cpu"),
+            (f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of "
+             f"one {GPU} | median of {s.args.reps} iterations after {s.args.warmup} | "
+             f"{load.contention(s.load)}")]
+    tail = [] if table["kv_fits"].all() else [
+        (f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; its "
+         "forward is the cost model's what-if")]
     missed = table[~table["met"]]
-    print(f"target: overhead_fraction < {TARGET:.0%} beside the predicted {GPU} forward at every "
-          f"batch: "
-          + ("met" if missed.empty else f"missed at {len(missed)} of {len(table)}"))
-    return table
+    tail.append(f"target: overhead_fraction < {TARGET:.0%} beside the predicted {GPU} forward at "
+                "every batch: " + ("met" if missed.empty else
+                                   f"missed at {len(missed)} of {len(table)}"))
+    return Report(head, f"Host time per iteration beside the predicted {GPU} forward: its "
+                  f"overhead_fraction (target < {TARGET:.0%})", {"model": MODEL, "gpu": GPU}, tail)
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = bench_parser(__spec__, __doc__)
+def knobs(p) -> None:
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32, 64, 128, 256],
                    help="decode batch sizes (requests)")
     p.add_argument("--contexts", type=positive_ints, default=[1024, 4096],
@@ -187,20 +188,25 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--reps", type=positive_int, default=30,
                    help="iterations timed per case (their median)")
     p.add_argument("--warmup", type=positive_int, default=5, help="iterations run first, untimed")
-    p.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI)")
-    p.add_argument("--out", type=table_path,
-                   help="also write the table to this file (.csv or .json)")
-    args = parse(p, argv, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3,
-                 warmup=1)
+
+
+def check(args) -> str | None:
     if not (args.contexts and (args.decode_batches or args.hybrid)):
-        p.error("--contexts is empty, or --decode-batches and --hybrid both are: give at least one "
+        return ("--contexts is empty, or --decode-batches and --hybrid both are: give at least one "
                 "case")
     if min(args.contexts) < 2:
-        p.error(f"--contexts={','.join(map(str, args.contexts))} is invalid: a decode's context "
-                f"holds its prompt "
-                "and its new token, so each must be >= 2")
-    return run(args)
+        return (f"--contexts={','.join(map(str, args.contexts))} is invalid: a decode's context "
+                "holds its prompt and its new token, so each must be >= 2")
+    return None
 
 
-if __name__ == "__main__":
-    main()
+CASE = Case(name="host_path",
+            what="host time per iteration, Llama-2-7B shapes, against the predicted H100 forward "
+                 "pass",
+            reference=f"peer: the {GPU} forward the simulator's cost model predicts per batch; "
+                      f"target: overhead_fraction under {TARGET:.0%}",
+            grid=grid, measure=measure_point, report=report, knobs=knobs, start=start,
+            check=check, shared=(), doc=__doc__,
+            smoke={"decode_batches": [1, 16], "contexts": [256], "hybrid": [(64, 4)], "reps": 3,
+                   "warmup": 1})
+main = CASE.run

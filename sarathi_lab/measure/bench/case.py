@@ -1,0 +1,224 @@
+"""A measurement as a case: a grid of points, a callable measuring one point into rows, and the
+reference its rows are read against. One runner parses the options every case shares once, runs
+the grid on this machine's device (or ``--dry``: the smoke grid on the CPU) and writes the table."""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import importlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sarathi_lab.measure.bench.args import bench_parser, table_path, thread_count
+
+# Every case, by name, in the listing's order; a case is the CASE of the bench module so named.
+NAMES = ("ceilings", "iteration", "overhead", "host_path", "plan_cost", "versus",
+         "attention_reread", "sampling", "tp_wire")
+# `all` runs these; attention_reread and the others are left to their own names.
+ALL = ("ceilings", "iteration", "overhead", "versus", "sampling")
+# The options a case may share with the others, parsed here and nowhere else.
+SHARED = ("device", "dtype", "threads", "clock", "cpu_linear")
+# A metric's name carries one of these among its words (its unit, or that it has none).
+UNITS = ("s", "ms", "us", "ns", "gbps", "gflops", "tflops", "bytes", "mib", "tok", "per",
+         "mb", "frac", "fraction", "ratio", "share", "speedup", "rate", "agree", "vs", "target")
+
+
+@dataclass(frozen=True)
+class Report:
+    """What is printed around a case's table once every point is measured."""
+    head: list[str]
+    title: str | None = None
+    extra: dict = field(default_factory=dict)  # the JSON table's other keys
+    tail: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Case:
+    """``grid(args)`` the points; ``measure(session, point)`` one point's row or rows, where the
+    session (``start(args)``, made once: a model, a workload) is what the points share."""
+    name: str
+    what: str
+    reference: str  # what its rows are read against: a peer, a floor, a target, or none
+    grid: Callable[[argparse.Namespace], Sequence]
+    measure: Callable[[Any, Any], dict | list[dict]]
+    report: Callable[[Any, Any], Report]
+    knobs: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    smoke: dict = field(default_factory=dict)  # the knobs' tiny sizes (--smoke, --dry)
+    shared: tuple[str, ...] = ("device", "dtype", "threads")
+    start: Callable[[argparse.Namespace], Any] = lambda args: args
+    check: Callable[[argparse.Namespace], str | None] = lambda args: None  # a refusal, or None
+    labels: tuple[str, ...] = ()  # float columns naming what was measured, not a metric
+    float_format: str = "{:.3f}"
+    doc: str = ""  # the module's docstring: --help's description
+
+    def run(self, argv: list[str] | None = None):
+        return run(self, argv)
+
+
+def device_arg(text: str) -> str:
+    """Refused at parsing rather than after work started."""
+    import torch
+
+    if text not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be cpu or cuda")
+    if text == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("'cuda' is invalid: no CUDA device is available here; "
+                                         "allowed: cpu")
+    return text
+
+
+def parser(case: Case) -> argparse.ArgumentParser:
+    from sarathi_lab.config import CPU_LINEARS, DTYPES
+    from sarathi_lab.engine.timer import CLOCKS
+    from sarathi_lab.host_features import resolve_device
+
+    p = bench_parser(argparse.Namespace(name=f"sarathi_lab.measure {case.name}"),
+                     case.doc or case.what)
+    has = set(case.shared)
+    if "device" in has:
+        p.add_argument("--device", type=device_arg, default=resolve_device("auto"))
+    if "dtype" in has:
+        p.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
+                       help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
+    if "cpu_linear" in has:
+        p.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
+                       help="the engine's CPU linear layers over packed weights, or F.linear "
+                            "(aten); docs/cpu_engine.md")
+    if "threads" in has:
+        p.add_argument("--threads", type=thread_count, default=None,
+                       help="torch threads (default: every core the process may use)")
+    if "clock" in has:
+        p.add_argument("--clock", choices=CLOCKS, default="wall",
+                       help="cpu: the process's CPU time, for a machine shared with other "
+                            "jobs (with --threads 1)")
+    case.knobs(p)  # after the shared ones: a case may set their defaults
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes that finish in seconds (CI); "
+                        "options given on the command line keep their value")
+    p.add_argument("--dry", action="store_true",
+                   help="--smoke on the CPU with one thread, wherever the case has those options")
+    p.add_argument("--out", type=table_path,
+                   help="also write the table to this file (.csv or .json)")
+    return p
+
+
+def apply_smoke(p: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
+                **sizes) -> None:
+    """An option the command line gives wins, as overrides sit over a Hydra debug config."""
+    if not args.smoke:
+        return
+    # Parsed again on a copy with the sizes as defaults: argparse's own reading of abbreviations.
+    probe = copy.deepcopy(p)
+    probe.set_defaults(**sizes)
+    again = probe.parse_args(argv)
+    for dest in sizes:
+        setattr(args, dest, getattr(again, dest))
+
+
+def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """--threads and --dtype resolved and written back: the tables' labels."""
+    import torch
+
+    from sarathi_lab.host_features import usable_cores
+    from sarathi_lab.measure.profiling.machine import fast_dtype
+    from sarathi_lab.plan import torch_run_dtype
+
+    args, unknown = p.parse_known_args(argv)
+    if unknown:
+        allowed = [o for a in p._actions for o in a.option_strings if o.startswith("--")]
+        p.error(f"{unknown[0]} is not an option of {case.name}: allowed are {', '.join(allowed)}")
+    if args.dry:
+        args.smoke = True
+        dry = {"device": "cpu", "threads": 1}
+        p.set_defaults(**{k: v for k, v in dry.items() if k in case.shared})
+        args = p.parse_args(argv)
+        args.smoke = True
+    # CPU time is a core's own only on the CPU with one thread: a GPU's is not this process's, and
+    # more threads' seconds (spin-waits too) add up.
+    has = set(case.shared)
+    if "clock" in has and args.clock == "cpu" and args.device == "cuda":
+        p.error("--clock cpu is invalid with --device cuda: it counts this process's CPU "
+                "time, not the GPU's; use --clock wall")
+    if "clock" in has and args.clock == "cpu" and (args.threads or usable_cores()) != 1:
+        given = f"{args.threads or usable_cores()}" + ("" if args.threads
+                                                       else " (the default: every core)")
+        p.error(f"--clock cpu is invalid with --threads {given}: CPU time is one "
+                "core's time only with one thread (the others' seconds, spin-waits too, add "
+                "up); use --threads 1")
+    apply_smoke(p, argv, args, **case.smoke)
+    if "threads" in has:
+        args.threads = args.threads or usable_cores()
+        torch.set_num_threads(args.threads)
+    if "dtype" in has:
+        dtype = fast_dtype(args.device) if args.dtype == "auto" else args.dtype
+        if "model" in args:  # bfloat16 without bf16 units runs float32
+            dtype = str(torch_run_dtype(dtype, args.device))
+        args.dtype = dtype.removeprefix("torch.")
+        args.torch_dtype = getattr(torch, args.dtype)
+    if refused := case.check(args):
+        p.error(refused)
+    return args
+
+
+def run(case: Case, argv: list[str] | None = None):
+    """The case's grid measured point by point, its table printed and (--out) written."""
+    import pandas as pd
+
+    args = parse(case, parser(case), argv)
+    session = case.start(args)
+    rows = []
+    for point in case.grid(args):
+        got = case.measure(session, point)
+        rows += [got] if isinstance(got, dict) else got
+    table = pd.DataFrame(rows)
+    report = case.report(session, table)
+    if report.head:
+        print("\n".join(report.head))
+    print_table(table, args.out, report.title, case.float_format, getattr(args, "device", "cpu"),
+                report.extra)
+    if report.tail:
+        print("\n".join(report.tail))
+    return table
+
+
+def print_table(table, out: str | None = None, title: str | None = None,
+                float_format: str = "{:.3f}", device: str = "cpu", extra: dict | None = None):
+    import pandas as pd
+
+    if title:
+        print(f"\n## {title}")
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        print(table.to_string(index=False, float_format=float_format.format))
+    if out:
+        write_table(table, out, extra, device)
+
+
+def write_table(table, out: str, extra: dict | None = None, device: str = "cpu") -> None:
+    """``device``: the one the JSON's machine record names."""
+    from sarathi_lab.measure.profiling.machine import machine_record
+
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".json":
+        path.write_text(json.dumps({"machine": machine_record(device), **(extra or {}),
+                                    "rows": table.to_dict(orient="records")}, indent=1,
+                                    default=str))
+    else:
+        table.to_csv(path, index=False)
+
+
+def named(name: str) -> Case:
+    return importlib.import_module(f"{__package__}.{name}").CASE
+
+
+def what(name: str) -> str:
+    """The case's one line, read from its module's source: listing imports no torch."""
+    tree = ast.parse((Path(__file__).parent / f"{name}.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Case":
+            return next(ast.literal_eval(k.value) for k in node.keywords if k.arg == "what")
+    raise LookupError(f"{name}.py defines no Case(what=...)")
