@@ -185,7 +185,7 @@ def _reference_attention(query, k_cache, v_cache, tables, lens, scale):
 
 @pytest.mark.parametrize("args", [["--help"], ["iteration", "--help"]])
 def test_entry_point_help(args):
-    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", *args], capture_output=True, text=True,
                          check=False, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "iteration" in out.stdout
@@ -268,7 +268,7 @@ def test_attention_reread_refuses_chunks_that_leave_no_case(capsys):
 
 
 def test_a_bad_size_is_refused_from_the_command_line():
-    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench", "ceilings", "--reps", "0"],
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "ceilings", "--reps", "0"],
                          capture_output=True,
                          text=True, check=False, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr

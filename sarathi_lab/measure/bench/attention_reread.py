@@ -2,8 +2,6 @@
 for a prompt prefilled chunked and whole, and the KV bytes each reads (docs/benchmarks.md)."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 
 from sarathi_lab import host_load as load
@@ -16,7 +14,6 @@ from sarathi_lab.measure.profiling.attention import (
     measure_reread,
 )
 from sarathi_lab.measure.profiling.ceilings import copy_bandwidth_gbps
-from sarathi_lab.measure.profiling.machine import describe_machine
 
 
 def knobs(p) -> None:
@@ -44,24 +41,22 @@ def check(args) -> str | None:
     if args.attention == "triton" and args.device == "cpu":
         return ("--attention=triton is invalid with --device cpu: there Triton runs in its "
                 "interpreter, whose times say nothing; use torch")
-    return None
 
 
 def grid(args) -> list[tuple[int, int]]:
     return [(L, C) for L in args.seq_lens for C in args.chunks if C <= L]
 
 
-def measure(s: SimpleNamespace, point: tuple[int, int]) -> dict:
-    args = s.args
+def measure(args, point: tuple[int, int]) -> dict:
     return measure_reread(*point, num_heads=args.heads, num_kv_heads=args.kv_heads,
                           head_dim=args.head_dim, dtype=args.torch_dtype,
                           device=torch.device(args.device), attention=args.attention,
                           block_size=args.block_size, reps=args.reps)
 
 
-def report(s: SimpleNamespace, table) -> Report:
-    device = torch.device(s.args.device)
-    head = [describe_machine(device) + f"\n# {load.contention(s.load)}"]
+def report(args, table) -> Report:
+    device = torch.device(args.device)
+    head = [f"# {load.contention(args.load)}"]
     if device.type == "cuda":
         copy_gbps = copy_bandwidth_gbps(device)
         head.append(f"# device copy bandwidth: {copy_gbps:.0f} GB/s")
@@ -71,9 +66,7 @@ def report(s: SimpleNamespace, table) -> Report:
 
 
 CASE = Case(name="attention_reread",
-            what="attention time chunked prefill adds by re-reading the KV cache",
             reference="peer: the same prompt's attention prefilled whole (time_ratio)",
             grid=grid, measure=measure, report=report, knobs=knobs, check=check,
-            start=lambda args: SimpleNamespace(args=args, load=load.snapshot()),
-            smoke={"seq_lens": [256, 512], "chunks": [64, 128], "reps": 2}, doc=__doc__)
+            smoke={"seq_lens": [256, 512], "chunks": [64, 128], "reps": 2})
 main = CASE.run

@@ -4,10 +4,11 @@ the grid on this machine's device (or ``--dry``: the smoke grid on the CPU) and 
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import importlib
 import json
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,6 @@ NAMES = ("ceilings", "iteration", "overhead", "host_path", "plan_cost", "versus"
 ALL = ("ceilings", "iteration", "overhead", "versus", "sampling")
 # The options a case may share with the others, parsed here and nowhere else.
 SHARED = ("device", "dtype", "threads", "clock", "cpu_linear")
-# A metric's name carries one of these among its words (its unit, or that it has none).
-UNITS = ("s", "ms", "us", "ns", "gbps", "gflops", "tflops", "bytes", "mib", "tok", "per",
-         "mb", "frac", "fraction", "ratio", "share", "speedup", "rate", "agree", "vs", "target")
 
 
 @dataclass(frozen=True)
@@ -38,22 +36,30 @@ class Report:
 
 @dataclass(frozen=True)
 class Case:
-    """``grid(args)`` the points; ``measure(session, point)`` one point's row or rows, where the
-    session (``start(args)``, made once: a model, a workload) is what the points share."""
-    name: str
-    what: str
+    """``grid(args)`` the points; ``measure(args, point)`` one point's row or rows; ``start(args)``
+    adds to the options, once, what the points share (a model, a workload), as the runner adds
+    ``args.load``, the host's load when the run began."""
+    name: str  # its module's: whose docstring's first paragraph says what it measures
     reference: str  # what its rows are read against: a peer, a floor, a target, or none
     grid: Callable[[argparse.Namespace], Sequence]
-    measure: Callable[[Any, Any], dict | list[dict]]
-    report: Callable[[Any, Any], Report]
+    measure: Callable[[argparse.Namespace, Any], dict | list[dict]]
+    report: Callable[[argparse.Namespace, Any], Report] = lambda args, table: Report([])
     knobs: Callable[[argparse.ArgumentParser], None] = lambda parser: None
     smoke: dict = field(default_factory=dict)  # the knobs' tiny sizes (--smoke, --dry)
     shared: tuple[str, ...] = ("device", "dtype", "threads")
-    start: Callable[[argparse.Namespace], Any] = lambda args: args
+    start: Callable[[argparse.Namespace], None] = lambda args: None
     check: Callable[[argparse.Namespace], str | None] = lambda args: None  # a refusal, or None
     labels: tuple[str, ...] = ()  # float columns naming what was measured, not a metric
     float_format: str = "{:.3f}"
-    doc: str = ""  # the module's docstring: --help's description
+    machine: bool = True  # the machine's line heads the printout
+
+    @property
+    def doc(self) -> str:
+        return sys.modules[f"{__package__}.{self.name}"].__doc__
+
+    @property
+    def what(self) -> str:
+        return " ".join(self.doc.split("\n\n")[0].split())
 
     def run(self, argv: list[str] | None = None):
         return run(self, argv)
@@ -75,9 +81,10 @@ def parser(case: Case) -> argparse.ArgumentParser:
     from sarathi_lab.config import CPU_LINEARS, DTYPES
     from sarathi_lab.engine.timer import CLOCKS
     from sarathi_lab.host_features import resolve_device
+    from sarathi_lab.measure.profiling import isa
 
     p = bench_parser(argparse.Namespace(name=f"sarathi_lab.measure {case.name}"),
-                     case.doc or case.what)
+                     case.doc)
     has = set(case.shared)
     if "device" in has:
         p.add_argument("--device", type=device_arg, default=resolve_device("auto"))
@@ -101,6 +108,8 @@ def parser(case: Case) -> argparse.ArgumentParser:
                         "options given on the command line keep their value")
     p.add_argument("--dry", action="store_true",
                    help="--smoke on the CPU with one thread, wherever the case has those options")
+    p.add_argument("--isa", choices=isa.KINDS, help="run as this x86 machine kind would, on this "
+                   "CPU (docs/benchmarks.md); the machine's line names it")
     p.add_argument("--out", type=table_path,
                    help="also write the table to this file (.csv or .json)")
     return p
@@ -127,16 +136,17 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
     from sarathi_lab.measure.profiling.machine import fast_dtype
     from sarathi_lab.plan import torch_run_dtype
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--dry" in argv:  # given before the command line's own: those win
+        dry = {"device": "cpu", "threads": "1"}
+        argv = ["--smoke", *(x for k, v in dry.items() if k in case.shared
+                             for x in (f"--{k}", v)), *argv]
     args, unknown = p.parse_known_args(argv)
     if unknown:
         allowed = [o for a in p._actions for o in a.option_strings if o.startswith("--")]
         p.error(f"{unknown[0]} is not an option of {case.name}: allowed are {', '.join(allowed)}")
-    if args.dry:
-        args.smoke = True
-        dry = {"device": "cpu", "threads": 1}
-        p.set_defaults(**{k: v for k, v in dry.items() if k in case.shared})
-        args = p.parse_args(argv)
-        args.smoke = True
+    if args.isa:
+        as_isa(case, p, args.isa, argv)
     # CPU time is a core's own only on the CPU with one thread: a GPU's is not this process's, and
     # more threads' seconds (spin-waits too) add up.
     has = set(case.shared)
@@ -164,37 +174,45 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
     return args
 
 
+def as_isa(case: Case, p: argparse.ArgumentParser, name: str, argv: list[str]) -> None:
+    """The environment set, then the case run again in a fresh interpreter: the libraries read
+    their ISA settings when they load."""
+    from sarathi_lab.measure.profiling import isa
+    from sarathi_lab.measure.profiling.machine import cpu_flags
+
+    if os.environ.get(isa.ENV) == name:
+        return isa.apply()
+    if missing := sorted(isa.KINDS[name].needs - cpu_flags()):
+        p.error(f"--isa={name} is invalid here: this CPU lacks {', '.join(missing)}")
+    os.execve(sys.executable, [sys.executable, "-m", "sarathi_lab.measure", case.name, *argv],
+              os.environ | isa.KINDS[name].environment(name))
+
+
 def run(case: Case, argv: list[str] | None = None):
     """The case's grid measured point by point, its table printed and (--out) written."""
     import pandas as pd
 
+    from sarathi_lab import host_load
+    from sarathi_lab.measure.profiling.machine import describe_machine
+
     args = parse(case, parser(case), argv)
-    session = case.start(args)
+    args.load = host_load.snapshot()
+    case.start(args)
     rows = []
     for point in case.grid(args):
-        got = case.measure(session, point)
+        got = case.measure(args, point)
         rows += [got] if isinstance(got, dict) else got
     table = pd.DataFrame(rows)
-    report = case.report(session, table)
-    if report.head:
-        print("\n".join(report.head))
-    print_table(table, args.out, report.title, case.float_format, getattr(args, "device", "cpu"),
-                report.extra)
+    report = case.report(args, table)
+    head = [describe_machine(getattr(args, "device", "cpu"))] * case.machine + report.head
+    print("\n".join([*head, *([f"\n## {report.title}"] if report.title else [])]))
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        print(table.to_string(index=False, float_format=case.float_format.format))
+    if args.out:
+        write_table(table, args.out, report.extra, getattr(args, "device", "cpu"))
     if report.tail:
         print("\n".join(report.tail))
     return table
-
-
-def print_table(table, out: str | None = None, title: str | None = None,
-                float_format: str = "{:.3f}", device: str = "cpu", extra: dict | None = None):
-    import pandas as pd
-
-    if title:
-        print(f"\n## {title}")
-    with pd.option_context("display.width", 200, "display.max_columns", 50):
-        print(table.to_string(index=False, float_format=float_format.format))
-    if out:
-        write_table(table, out, extra, device)
 
 
 def write_table(table, out: str, extra: dict | None = None, device: str = "cpu") -> None:
@@ -214,11 +232,3 @@ def write_table(table, out: str, extra: dict | None = None, device: str = "cpu")
 def named(name: str) -> Case:
     return importlib.import_module(f"{__package__}.{name}").CASE
 
-
-def what(name: str) -> str:
-    """The case's one line, read from its module's source: listing imports no torch."""
-    tree = ast.parse((Path(__file__).parent / f"{name}.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Case":
-            return next(ast.literal_eval(k.value) for k in node.keywords if k.arg == "what")
-    raise LookupError(f"{name}.py defines no Case(what=...)")

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from sarathi_lab.measure.bench.args import positive_int
-from sarathi_lab.measure.bench.case import Case, Report
+from sarathi_lab.measure.bench.case import Case
 from sarathi_lab.measure.profiling.ceilings import FULL, SMOKE, Ceilings, measure_ceilings
-from sarathi_lab.measure.profiling.machine import describe_machine
 
 
 def knobs(p) -> None:
@@ -23,11 +22,10 @@ def measure(args, point: None) -> dict:
                                    matmul_n=args.matmul_n, reps=args.reps, clock=args.clock))
 
 
-CASE = Case(name="ceilings", what="copy bandwidth and matmul rate of this machine",
+CASE = Case(name="ceilings",
             reference="none: they are the floors the other cases are held to",
             grid=lambda args: [None], measure=measure, knobs=knobs, smoke=SMOKE,
-            shared=("device", "dtype", "threads", "clock"),
-            report=lambda args, table: Report([describe_machine(args.device)]), doc=__doc__)
+            shared=("device", "dtype", "threads", "clock"))
 
 
 def main(argv: list[str] | None = None) -> Ceilings:

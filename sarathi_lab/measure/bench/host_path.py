@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import ClassVar
 
 import pandas as pd
@@ -18,7 +17,6 @@ from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.metrics import overhead_fraction
 from sarathi_lab.measure.bench.args import hybrid_pairs, positive_int, positive_ints
 from sarathi_lab.measure.bench.case import Case, Report
-from sarathi_lab.measure.profiling.machine import describe_machine
 from sarathi_lab.measure.profiling.overhead import TARGET
 
 MODEL = "llama2-7b"
@@ -135,17 +133,16 @@ def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_mod
     }
 
 
-def start(args) -> SimpleNamespace:
+def start(args) -> None:
     from sarathi_lab.model import load_config
     from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device
 
-    load_start = load.snapshot()
     gpu, config = load_device(GPU, DTYPE), load_config(MODEL)
 
     def kv_fits(tokens: int, kv_tokens: int) -> bool:
         return kv_tokens <= kv_capacity_tokens(gpu, config, DTYPE_BYTES[DTYPE], tokens)
 
-    return SimpleNamespace(args=args, load=load_start, kv_fits=kv_fits,
+    vars(args).update(kv_fits=kv_fits,
                            cost_model=CostModel.for_device(GPU, MODEL, dtype=DTYPE))
 
 
@@ -155,17 +152,16 @@ def grid(args) -> list[tuple[int, int, int]]:
             for chunk, decodes in [(0, batch) for batch in args.decode_batches] + args.hybrid]
 
 
-def measure_point(s: SimpleNamespace, point: tuple[int, int, int]) -> dict:
+def measure_point(args, point: tuple[int, int, int]) -> dict:
     context, chunk, decodes = point
-    steps = measure(decodes, context, chunk, s.args.reps, s.args.warmup)
-    return summarize(decodes, context, chunk, steps, s.cost_model, s.kv_fits)
+    steps = measure(decodes, context, chunk, args.reps, args.warmup)
+    return summarize(decodes, context, chunk, steps, args.cost_model, args.kv_fits)
 
 
-def report(s: SimpleNamespace, table: pd.DataFrame) -> Report:
-    head = [describe_machine("cpu"),
-            (f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of "
-             f"one {GPU} | median of {s.args.reps} iterations after {s.args.warmup} | "
-             f"{load.contention(s.load)}")]
+def report(args, table: pd.DataFrame) -> Report:
+    head = [(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of "
+             f"one {GPU} | median of {args.reps} iterations after {args.warmup} | "
+             f"{load.contention(args.load)}")]
     tail = [] if table["kv_fits"].all() else [
         (f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; its "
          "forward is the cost model's what-if")]
@@ -197,16 +193,13 @@ def check(args) -> str | None:
     if min(args.contexts) < 2:
         return (f"--contexts={','.join(map(str, args.contexts))} is invalid: a decode's context "
                 "holds its prompt and its new token, so each must be >= 2")
-    return None
 
 
 CASE = Case(name="host_path",
-            what="host time per iteration, Llama-2-7B shapes, against the predicted H100 forward "
-                 "pass",
             reference=f"peer: the {GPU} forward the simulator's cost model predicts per batch; "
                       f"target: overhead_fraction under {TARGET:.0%}",
             grid=grid, measure=measure_point, report=report, knobs=knobs, start=start,
-            check=check, shared=(), doc=__doc__,
+            check=check, shared=(),
             smoke={"decode_batches": [1, 16], "contexts": [256], "hybrid": [(64, 4)], "reps": 3,
                    "warmup": 1})
 main = CASE.run

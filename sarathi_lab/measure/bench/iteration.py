@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 from functools import partial
-from types import SimpleNamespace
 
 import pandas as pd
 
@@ -18,7 +17,6 @@ from sarathi_lab.measure.bench.case import SHARED, Case, Report
 from sarathi_lab.measure.profiling.batches import LAYOUTS, SyntheticBatches
 from sarathi_lab.measure.profiling.ceilings import SMOKE as CEILING_SMOKE
 from sarathi_lab.measure.profiling.ceilings import measure_ceilings
-from sarathi_lab.measure.profiling.machine import describe_machine
 from sarathi_lab.model.floors import floor
 from sarathi_lab.model.shape import Shape
 
@@ -60,10 +58,9 @@ def time_case(llm, batches: SyntheticBatches, case: dict, decode_context: int, r
             "num_sampled": num_sampled}
 
 
-def start(args) -> SimpleNamespace:
+def start(args) -> None:
     from sarathi_lab import LLM
 
-    load_start = load.snapshot()
     ceilings = partial(measure_ceilings, args.device, args.torch_dtype,
                        **(CEILING_SMOKE if args.smoke else {}), clock=args.clock)
     before = ceilings()
@@ -71,22 +68,21 @@ def start(args) -> SimpleNamespace:
     llm = LLM(args.model, num_kv_blocks=num_blocks, device=args.device, dtype=args.dtype,
               cpu_linear=args.cpu_linear, warmup_iters=0,
               max_batch_size=max([*args.decode_batches, *(d + 1 for _, d in args.hybrid), 1]))
-    return SimpleNamespace(args=args, load=load_start, ceilings=ceilings, before=before, llm=llm,
+    vars(args).update(ceilings=ceilings, before=before, llm=llm,
                            shape=Shape.of(llm.model_config), elem=llm.dtype.itemsize,
                            batches=SyntheticBatches(llm, seed=args.seed, layout=args.layout))
 
 
-def measure(s: SimpleNamespace, case: dict) -> dict:
-    args = s.args
+def measure(args, case: dict) -> dict:
     # One untimed pass grows the attention workspace and warms the weights' pages.
-    time_case(s.llm, s.batches, case, args.decode_context, 1)
-    t = time_case(s.llm, s.batches, case, args.decode_context, args.reps, args.clock)
-    after = s.ceilings()
-    copy_gbps = max(s.before.copy_gbps, after.copy_gbps)
-    matmul_gflops = max(s.before.matmul_gflops, after.matmul_gflops)
-    s.before = after
-    f = floor(s.shape, t["query_lens"], t["context_lens"], t["num_sampled"], s.elem, copy_gbps,
-              matmul_gflops)
+    time_case(args.llm, args.batches, case, args.decode_context, 1)
+    t = time_case(args.llm, args.batches, case, args.decode_context, args.reps, args.clock)
+    after = args.ceilings()
+    copy_gbps = max(args.before.copy_gbps, after.copy_gbps)
+    matmul_gflops = max(args.before.matmul_gflops, after.matmul_gflops)
+    args.before = after
+    f = floor(args.shape, t["query_lens"], t["context_lens"], t["num_sampled"], args.elem,
+              copy_gbps, matmul_gflops)
     target = TARGETS.get((case["kind"], case["size"]))
     ratio = t["iter_s"] / f.seconds
     return {
@@ -101,18 +97,18 @@ def measure(s: SimpleNamespace, case: dict) -> dict:
     }
 
 
-def report(s: SimpleNamespace, table: pd.DataFrame) -> Report:
-    args, llm = s.args, s.llm
-    s.batches.close()
+def report(args, table: pd.DataFrame) -> Report:
+    llm = args.llm
+    args.batches.close()
     # Their values are the table's ceil_* columns, per case.
-    setup = {k: v for k, v in asdict(s.before).items() if k not in ("copy_gbps", "matmul_gflops")}
+    setup = {k: v for k, v in asdict(args.before).items()
+             if k not in ("copy_gbps", "matmul_gflops")}
     table.attrs["ceilings"] = setup
-    head = [describe_machine(args.device),
-            (f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} "
+    head = [(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} "
             f"({llm.cpu_gemm}) | decode context {args.decode_context} | layout {args.layout} | "
             f"reps {args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
             f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before "
-            f"and after) | {load.contention(s.load)}")]
+            f"and after) | {load.contention(args.load)}")]
     return Report(head, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)",
                   {"ceilings": setup, "model": args.model, "dtype": args.dtype,
                    "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
@@ -144,14 +140,12 @@ def check(args) -> str | None:
     if not (args.decode_batches or args.prefill_chunks or args.hybrid):
         return ("--decode-batches, --prefill-chunks and --hybrid are all empty: give at least one "
                 "case")
-    return None
 
 
 CASE = Case(name="iteration",
-            what="iteration time vs its roofline floor: decode, prefill and hybrid batches",
             reference="floor: the roofline floor at this machine's measured ceilings (ratio)",
             grid=cases, measure=measure, report=report, knobs=knobs, start=start, check=check,
             smoke={"model": "tiny", "reps": 2, "decode_batches": [1, 4], "decode_context": 64,
                        "prefill_chunks": [32, 64], "hybrid": [(32, 4)]},
-            shared=SHARED, labels=("target",), float_format="{:.2f}", doc=__doc__)
+            shared=SHARED, float_format="{:.2f}")
 main = CASE.run

@@ -2,14 +2,11 @@
 the parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from sarathi_lab import host_load as load
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.measure.bench.args import int_range, names_of, positive_int
 from sarathi_lab.measure.bench.case import Case, Report
 from sarathi_lab.measure.bench.trace import make_workload
-from sarathi_lab.measure.profiling.machine import describe_machine
 from sarathi_lab.measure.profiling.overhead import HOST_PARTS, TARGET, serve
 
 
@@ -30,41 +27,36 @@ def measure(llm, prompts, new_tokens) -> dict:
     }
 
 
-def start(args) -> SimpleNamespace:
+def start(args) -> None:
     from sarathi_lab.model import load_config
 
-    load_start = load.snapshot()
     prompts, new_tokens = make_workload(args.requests, args.prompt_len, args.new_tokens,
                                         load_config(args.model).vocab_size, args.seed)
-    return SimpleNamespace(args=args, load=load_start, prompts=prompts, new_tokens=new_tokens,
-                           gemm=None)
+    vars(args).update(prompts=prompts, new_tokens=new_tokens, gemm=None)
 
 
-def measure_scheduler(s: SimpleNamespace, name: str) -> dict:
+def measure_scheduler(args, name: str) -> dict:
     from sarathi_lab import LLM
 
-    args = s.args
     # The workload's longest, not the model's context.
-    max_len = max(len(p) + n for p, n in zip(s.prompts, s.new_tokens))
+    max_len = max(len(p) + n for p, n in zip(args.prompts, args.new_tokens))
     llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size,
               max_batch_size=args.batch_size, max_model_len=max_len, device=args.device,
               dtype=args.dtype, num_kv_blocks=args.kv_blocks, cpu_linear=args.cpu_linear)
-    s.gemm = llm.cpu_gemm
-    row = {"scheduler": name} | measure(llm, s.prompts, s.new_tokens)
+    args.gemm = llm.cpu_gemm
+    row = {"scheduler": name} | measure(llm, args.prompts, args.new_tokens)
     row["target"], row["met"] = TARGET, row["overhead_fraction"] < TARGET
     return row
 
 
-def report(s: SimpleNamespace, table) -> Report:
-    args = s.args
-    head = [describe_machine(args.device),
-            (f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({s.gemm})"
-            f" | {len(s.prompts)} requests, prompts {args.prompt_len},"
+def report(args, table) -> Report:
+    head = [(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} "
+            f"({args.gemm}) | {len(args.prompts)} requests, prompts {args.prompt_len},"
             f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size}"
-            f" | {load.contention(s.load)}")]
+            f" | {load.contention(args.load)}")]
     return Report(head, "Share of iteration time outside the forward pass",
                   {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-                   "cpu_gemm": s.gemm})
+                   "cpu_gemm": args.gemm})
 
 
 def knobs(p) -> None:
@@ -82,11 +74,11 @@ def knobs(p) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-CASE = Case(name="overhead", what="share of iteration time outside the model's forward pass",
+CASE = Case(name="overhead",
             reference=f"target: overhead_fraction under {TARGET:.0%} of the iteration",
             grid=lambda args: args.schedulers, measure=measure_scheduler, report=report,
             knobs=knobs, start=start, shared=("device", "dtype", "threads", "cpu_linear"),
             smoke={"model": "tiny", "requests": 4, "prompt_len": (16, 48), "new_tokens": (4, 8),
                        "chunk_size": 32, "batch_size": 4},
-            labels=("target",), float_format="{:.4f}", doc=__doc__)
+            float_format="{:.4f}")
 main = CASE.run

