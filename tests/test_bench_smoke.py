@@ -21,7 +21,7 @@ from sarathi_lab.measure.bench import (
     sampling,
     versus,
 )
-from sarathi_lab.measure.bench.case import apply_smoke, parser
+from sarathi_lab.measure.bench.case import parse, parser
 from sarathi_lab.measure.sim_check import sim_fidelity, sim_speed
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.floors import floor
@@ -36,22 +36,19 @@ def _positive_finite(values) -> bool:
 
 
 def test_ceilings_smoke(capsys):
-    ceil = ceilings.main(SMOKE)
+    ceil = ceilings.main(SMOKE).iloc[0]
     assert ceil.copy_gbps > 0 and ceil.matmul_gflops > 0
     assert math.isfinite(ceil.copy_gbps) and math.isfinite(ceil.matmul_gflops)
     assert "copy_gbps" in capsys.readouterr().out
 
 
 def test_smoke_sizes_give_way_to_options_given():
-    p = parser(iteration.CASE)
     # An abbreviation and --opt=value count as given; what is not given takes the smoke size.
-    argv = ["--smoke", "--rep=7", "--prefill-chunks", "48", "--hybrid=64+2"]
-    args = p.parse_args(argv)
-    apply_smoke(p, argv, args, model="tiny", reps=2, prefill_chunks=[32], hybrid=[(32, 4)], decode_context=64)
+    argv = ["--smoke", "--rep=7", "--prefill-chunks", "48", "--hybrid=64+2", "--threads", "1"]
+    args = parse(iteration.CASE, parser(iteration.CASE), argv)
     assert (args.reps, args.prefill_chunks, args.hybrid) == (7, [48], [(64, 2)])
     assert (args.model, args.decode_context) == ("tiny", 64)
-    args = p.parse_args(argv[1:])
-    apply_smoke(p, argv[1:], args, model="tiny")
+    args = parse(iteration.CASE, parser(iteration.CASE), argv[1:])
     assert args.model == "cpu-small"  # no --smoke, no smoke sizes
 
 

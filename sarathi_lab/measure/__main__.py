@@ -15,7 +15,6 @@ from sarathi_lab.harness.tasks import task_names
 from sarathi_lab.measure import bench, sim_check, tasks
 from sarathi_lab.measure.bench.case import ALL, NAMES, named
 from sarathi_lab.measure.gpu.plan import STEPS
-from sarathi_lab.measure.sim_check import CHECKS
 
 WIDTH = 100
 
@@ -37,7 +36,7 @@ def listing() -> str:
         *(_doc_line(bench, n) for n in NAMES),
         _line("all", f"{', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"),
         "", "simulator checks (python -m sarathi_lab.measure NAME):",
-        *(_doc_line(sim_check, n) for n in CHECKS),
+        *(_doc_line(sim_check, n) for n in sim_check.CHECKS),
         "", "GPU suite steps (python -m sarathi_lab.measure.gpu --steps NAME):",
         *(_line(s.name, s.what) for s in STEPS),
         "", "tasks (python -m sarathi_lab.run task=NAME):",
@@ -50,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         print(listing())
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in (*NAMES, "all", *CHECKS):
+    if name not in (*NAMES, "all", *sim_check.CHECKS):
         print(f"error: measurement {name!r} is invalid: allowed are "
-              f"{', '.join([*NAMES, 'all', *CHECKS])} "
+              f"{', '.join([*NAMES, 'all', *sim_check.CHECKS])} "
               "(python -m sarathi_lab.measure lists them)", file=sys.stderr)
         return 2
-    if name in CHECKS:
+    if name in sim_check.CHECKS:
         importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
     elif name != "all":
         named(name).run(rest)

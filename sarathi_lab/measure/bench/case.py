@@ -4,7 +4,6 @@ the grid on this machine's device (or ``--dry``: the smoke grid on the CPU) and 
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib
 import json
 import os
@@ -49,7 +48,6 @@ class Case:
     shared: tuple[str, ...] = ("device", "dtype", "threads")
     start: Callable[[argparse.Namespace], None] = lambda args: None
     check: Callable[[argparse.Namespace], str | None] = lambda args: None  # a refusal, or None
-    labels: tuple[str, ...] = ()  # float columns naming what was measured, not a metric
     float_format: str = "{:.3f}"
     machine: bool = True  # the machine's line heads the printout
 
@@ -62,7 +60,30 @@ class Case:
         return " ".join(self.doc.split("\n\n")[0].split())
 
     def run(self, argv: list[str] | None = None):
-        return run(self, argv)
+        """The grid measured point by point, the table printed and (--out) written."""
+        import pandas as pd
+
+        from sarathi_lab import host_load
+        from sarathi_lab.measure.profiling.machine import describe_machine
+
+        args = parse(self, parser(self), argv)
+        args.load = host_load.snapshot()
+        self.start(args)
+        rows = []
+        for point in self.grid(args):
+            got = self.measure(args, point)
+            rows += [got] if isinstance(got, dict) else got
+        table = pd.DataFrame(rows)
+        report, device = self.report(args, table), getattr(args, "device", "cpu")
+        head = [describe_machine(device)] * self.machine + report.head
+        print("\n".join([*head, *([f"\n## {report.title}"] if report.title else [])]))
+        with pd.option_context("display.width", 200, "display.max_columns", 50):
+            print(table.to_string(index=False, float_format=self.float_format.format))
+        if args.out:
+            write_table(table, args.out, report.extra, device)
+        if report.tail:
+            print("\n".join(report.tail))
+        return table
 
 
 def device_arg(text: str) -> str:
@@ -83,25 +104,21 @@ def parser(case: Case) -> argparse.ArgumentParser:
     from sarathi_lab.host_features import resolve_device
     from sarathi_lab.measure.profiling import isa
 
-    p = bench_parser(argparse.Namespace(name=f"sarathi_lab.measure {case.name}"),
-                     case.doc)
-    has = set(case.shared)
-    if "device" in has:
-        p.add_argument("--device", type=device_arg, default=resolve_device("auto"))
-    if "dtype" in has:
-        p.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
-                       help="auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32")
-    if "cpu_linear" in has:
-        p.add_argument("--cpu-linear", choices=CPU_LINEARS, default="auto",
-                       help="the engine's CPU linear layers over packed weights, or F.linear "
-                            "(aten); docs/cpu_engine.md")
-    if "threads" in has:
-        p.add_argument("--threads", type=thread_count, default=None,
-                       help="torch threads (default: every core the process may use)")
-    if "clock" in has:
-        p.add_argument("--clock", choices=CLOCKS, default="wall",
-                       help="cpu: the process's CPU time, for a machine shared with other "
-                            "jobs (with --threads 1)")
+    p = bench_parser(argparse.Namespace(name=f"sarathi_lab.measure {case.name}"), case.doc)
+    shared = {
+        "device": {"type": device_arg, "default": resolve_device("auto")},
+        "dtype": {"choices": ["auto", *DTYPES], "default": "auto",
+                  "help": "auto: bfloat16 on CUDA or on a CPU with bf16 units, else float32"},
+        "cpu_linear": {"choices": CPU_LINEARS, "default": "auto",
+                       "help": "the engine's CPU linear layers over packed weights, or F.linear "
+                               "(aten); docs/cpu_engine.md"},
+        "threads": {"type": thread_count, "default": None,
+                    "help": "torch threads (default: every core the process may use)"},
+        "clock": {"choices": CLOCKS, "default": "wall",
+                  "help": "cpu: the process's CPU time, for a machine shared with other jobs "
+                          "(with --threads 1)"}}
+    for name in (n for n in SHARED if n in case.shared):
+        p.add_argument(f"--{name.replace('_', '-')}", **shared[name])
     case.knobs(p)  # after the shared ones: a case may set their defaults
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes that finish in seconds (CI); "
@@ -115,19 +132,6 @@ def parser(case: Case) -> argparse.ArgumentParser:
     return p
 
 
-def apply_smoke(p: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace,
-                **sizes) -> None:
-    """An option the command line gives wins, as overrides sit over a Hydra debug config."""
-    if not args.smoke:
-        return
-    # Parsed again on a copy with the sizes as defaults: argparse's own reading of abbreviations.
-    probe = copy.deepcopy(p)
-    probe.set_defaults(**sizes)
-    again = probe.parse_args(argv)
-    for dest in sizes:
-        setattr(args, dest, getattr(again, dest))
-
-
 def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """--threads and --dtype resolved and written back: the tables' labels."""
     import torch
@@ -137,14 +141,15 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
     from sarathi_lab.plan import torch_run_dtype
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--dry" in argv:  # given before the command line's own: those win
-        dry = {"device": "cpu", "threads": "1"}
-        argv = ["--smoke", *(x for k, v in dry.items() if k in case.shared
-                             for x in (f"--{k}", v)), *argv]
     args, unknown = p.parse_known_args(argv)
     if unknown:
         allowed = [o for a in p._actions for o in a.option_strings if o.startswith("--")]
         p.error(f"{unknown[0]} is not an option of {case.name}: allowed are {', '.join(allowed)}")
+    if args.smoke or args.dry:  # as defaults: an option the command line gives wins
+        dry = {"device": "cpu", "threads": 1} if args.dry else {}
+        p.set_defaults(smoke=True, **case.smoke, **{k: v for k, v in dry.items()
+                                                    if k in case.shared})
+        args = p.parse_args(argv)
     if args.isa:
         as_isa(case, p, args.isa, argv)
     # CPU time is a core's own only on the CPU with one thread: a GPU's is not this process's, and
@@ -159,7 +164,6 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
         p.error(f"--clock cpu is invalid with --threads {given}: CPU time is one "
                 "core's time only with one thread (the others' seconds, spin-waits too, add "
                 "up); use --threads 1")
-    apply_smoke(p, argv, args, **case.smoke)
     if "threads" in has:
         args.threads = args.threads or usable_cores()
         torch.set_num_threads(args.threads)
@@ -186,33 +190,6 @@ def as_isa(case: Case, p: argparse.ArgumentParser, name: str, argv: list[str]) -
         p.error(f"--isa={name} is invalid here: this CPU lacks {', '.join(missing)}")
     os.execve(sys.executable, [sys.executable, "-m", "sarathi_lab.measure", case.name, *argv],
               os.environ | isa.KINDS[name].environment(name))
-
-
-def run(case: Case, argv: list[str] | None = None):
-    """The case's grid measured point by point, its table printed and (--out) written."""
-    import pandas as pd
-
-    from sarathi_lab import host_load
-    from sarathi_lab.measure.profiling.machine import describe_machine
-
-    args = parse(case, parser(case), argv)
-    args.load = host_load.snapshot()
-    case.start(args)
-    rows = []
-    for point in case.grid(args):
-        got = case.measure(args, point)
-        rows += [got] if isinstance(got, dict) else got
-    table = pd.DataFrame(rows)
-    report = case.report(args, table)
-    head = [describe_machine(getattr(args, "device", "cpu"))] * case.machine + report.head
-    print("\n".join([*head, *([f"\n## {report.title}"] if report.title else [])]))
-    with pd.option_context("display.width", 200, "display.max_columns", 50):
-        print(table.to_string(index=False, float_format=case.float_format.format))
-    if args.out:
-        write_table(table, args.out, report.extra, getattr(args, "device", "cpu"))
-    if report.tail:
-        print("\n".join(report.tail))
-    return table
 
 
 def write_table(table, out: str, extra: dict | None = None, device: str = "cpu") -> None:

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from sarathi_lab.measure.bench.args import positive_int
 from sarathi_lab.measure.bench.case import Case
-from sarathi_lab.measure.profiling.ceilings import FULL, SMOKE, Ceilings, measure_ceilings
+from sarathi_lab.measure.profiling.ceilings import FULL, SMOKE, measure_ceilings
 
 
 def knobs(p) -> None:
@@ -26,7 +26,4 @@ CASE = Case(name="ceilings",
             reference="none: they are the floors the other cases are held to",
             grid=lambda args: [None], measure=measure, knobs=knobs, smoke=SMOKE,
             shared=("device", "dtype", "threads", "clock"))
-
-
-def main(argv: list[str] | None = None) -> Ceilings:
-    return Ceilings(**CASE.run(argv).iloc[0].to_dict())
+main = CASE.run

@@ -87,7 +87,7 @@ def _steps(engine, n: int) -> list[tuple]:
     return out
 
 
-def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
+def timed_steps(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
     """Beside a ``chunk``-token chunk of a long prompt arriving once they decode (0: none)."""
     # The decodes' prompts are prefilled first under a budget the timed iterations do not reach.
     runs, prefill = warmup + reps, chunk or PREFILL_BUDGET
@@ -106,29 +106,29 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
     steps = _steps(engine, runs)[warmup:]
     if not all(r.num_decode_requests == decodes
                and r.num_prefill_tokens == chunk for r, _ in steps):
-        raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: the "
-                           f"scheduler "
-                           "ran other batches")
+        raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: "
+                           "the scheduler ran other batches")
     return steps
 
 
-def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_model,
-              kv_fits) -> dict:
-    """``kv_fits(tokens, kv_tokens)``: whether such an iteration fits on the GPU."""
+def measure(args, point: tuple[int, int, int]) -> dict:
+    """``args.kv_fits(tokens, kv_tokens)``: whether such an iteration fits on the GPU."""
+    context, chunk, batch = point
+    steps = timed_steps(batch, context, chunk, args.reps, args.warmup)
     times = pd.DataFrame([{
         "host": r.duration - r.forward_time, "schedule": r.schedule_time, "prepare": r.prepare_time,
         "sample": r.sample_time,
         # What the step times outside its named parts.
         "rest": r.duration - r.schedule_time - r.prepare_time - r.forward_time - r.sample_time,
-        f"{GPU}_forward": cost_model.iteration_cost(prefills, decodes,
-                                                    r.num_decode_requests).forward_s,
+        f"{GPU}_forward": args.cost_model.iteration_cost(prefills, decodes,
+                                                         r.num_decode_requests).forward_s,
     } for r, (prefills, decodes) in steps])
     frac = overhead_fraction(times["host"], times[f"{GPU}_forward"]).median()
     return {
         "case": "hybrid" if chunk else "decode", "batch": batch, "context": context, "chunk": chunk,
         **(times.median() * 1e6).add_suffix("_us").to_dict(), "overhead_fraction": frac,
         "met": frac < TARGET,
-        "kv_fits": all(kv_fits(r.num_tokens, sum(c for _, c in prefills) + sum(decodes))
+        "kv_fits": all(args.kv_fits(r.num_tokens, sum(c for _, c in prefills) + sum(decodes))
                        for r, (prefills, decodes) in steps),
     }
 
@@ -142,20 +142,13 @@ def start(args) -> None:
     def kv_fits(tokens: int, kv_tokens: int) -> bool:
         return kv_tokens <= kv_capacity_tokens(gpu, config, DTYPE_BYTES[DTYPE], tokens)
 
-    vars(args).update(kv_fits=kv_fits,
-                           cost_model=CostModel.for_device(GPU, MODEL, dtype=DTYPE))
+    args.kv_fits, args.cost_model = kv_fits, CostModel.for_device(GPU, MODEL, dtype=DTYPE)
 
 
 def grid(args) -> list[tuple[int, int, int]]:
     """(context, chunk, decodes): every decode batch, then the hybrid ones, at each context."""
     return [(context, chunk, decodes) for context in args.contexts
             for chunk, decodes in [(0, batch) for batch in args.decode_batches] + args.hybrid]
-
-
-def measure_point(args, point: tuple[int, int, int]) -> dict:
-    context, chunk, decodes = point
-    steps = measure(decodes, context, chunk, args.reps, args.warmup)
-    return summarize(decodes, context, chunk, steps, args.cost_model, args.kv_fits)
 
 
 def report(args, table: pd.DataFrame) -> Report:
@@ -198,7 +191,7 @@ def check(args) -> str | None:
 CASE = Case(name="host_path",
             reference=f"peer: the {GPU} forward the simulator's cost model predicts per batch; "
                       f"target: overhead_fraction under {TARGET:.0%}",
-            grid=grid, measure=measure_point, report=report, knobs=knobs, start=start,
+            grid=grid, measure=measure, report=report, knobs=knobs, start=start,
             check=check, shared=(),
             smoke={"decode_batches": [1, 16], "contexts": [256], "hybrid": [(64, 4)], "reps": 3,
                    "warmup": 1})

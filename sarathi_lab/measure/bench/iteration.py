@@ -98,20 +98,19 @@ def measure(args, case: dict) -> dict:
 
 
 def report(args, table: pd.DataFrame) -> Report:
-    llm = args.llm
     args.batches.close()
     # Their values are the table's ceil_* columns, per case.
     setup = {k: v for k, v in asdict(args.before).items()
              if k not in ("copy_gbps", "matmul_gflops")}
-    table.attrs["ceilings"] = setup
     head = [(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} "
-            f"({llm.cpu_gemm}) | decode context {args.decode_context} | layout {args.layout} | "
-            f"reps {args.reps} | clock {args.clock} | copy {_span(table['ceil_GBps'])} GB/s"
+            f"({args.llm.cpu_gemm}) | decode context {args.decode_context} | layout "
+            f"{args.layout} | reps {args.reps} | clock {args.clock} | copy "
+            f"{_span(table['ceil_GBps'])} GB/s"
             f" | matmul {_span(table['ceil_GFLOPs'])} GFLOP/s (per case, the higher of before "
             f"and after) | {load.contention(args.load)}")]
     return Report(head, "Iteration time vs roofline floor (ratio = iter_ms / floor_ms)",
                   {"ceilings": setup, "model": args.model, "dtype": args.dtype,
-                   "cpu_linear": args.cpu_linear, "cpu_gemm": llm.cpu_gemm,
+                   "cpu_linear": args.cpu_linear, "cpu_gemm": args.llm.cpu_gemm,
                    "decode_context": args.decode_context, "layout": args.layout})
 
 

@@ -30,21 +30,20 @@ def measure(llm, prompts, new_tokens) -> dict:
 def start(args) -> None:
     from sarathi_lab.model import load_config
 
-    prompts, new_tokens = make_workload(args.requests, args.prompt_len, args.new_tokens,
-                                        load_config(args.model).vocab_size, args.seed)
-    vars(args).update(prompts=prompts, new_tokens=new_tokens, gemm=None)
+    args.prompts, args.new = make_workload(args.requests, args.prompt_len, args.new_tokens,
+                                           load_config(args.model).vocab_size, args.seed)
 
 
 def measure_scheduler(args, name: str) -> dict:
     from sarathi_lab import LLM
 
     # The workload's longest, not the model's context.
-    max_len = max(len(p) + n for p, n in zip(args.prompts, args.new_tokens))
+    max_len = max(len(p) + n for p, n in zip(args.prompts, args.new))
     llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size,
               max_batch_size=args.batch_size, max_model_len=max_len, device=args.device,
               dtype=args.dtype, num_kv_blocks=args.kv_blocks, cpu_linear=args.cpu_linear)
     args.gemm = llm.cpu_gemm
-    row = {"scheduler": name} | measure(llm, args.prompts, args.new_tokens)
+    row = {"scheduler": name} | measure(llm, args.prompts, args.new)
     row["target"], row["met"] = TARGET, row["overhead_fraction"] < TARGET
     return row
 
@@ -79,6 +78,6 @@ CASE = Case(name="overhead",
             grid=lambda args: args.schedulers, measure=measure_scheduler, report=report,
             knobs=knobs, start=start, shared=("device", "dtype", "threads", "cpu_linear"),
             smoke={"model": "tiny", "requests": 4, "prompt_len": (16, 48), "new_tokens": (4, 8),
-                       "chunk_size": 32, "batch_size": 4},
+                   "chunk_size": 32, "batch_size": 4},
             float_format="{:.4f}")
 main = CASE.run

@@ -109,10 +109,9 @@ def start(args) -> None:
 
 
 def report(args, table) -> Report:
-    head = (f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve chunk "
-            f"{args.chunk}, batch <= {args.batch}; host planning timed on this CPU "
-            "(unreliable while it is shared)")
-    return Report([head],
+    return Report([(f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve "
+                    f"chunk {args.chunk}, batch <= {args.batch}; host planning timed on this CPU "
+                    "(unreliable while it is shared)")],
                   f"Attention planning per iteration against the predicted {GPU} forward "
                   f"(target: p99 share < {TARGET:.0%})", {"model": MODEL, "gpu": GPU})
 

@@ -81,6 +81,5 @@ CASE = Case(name="sampling",
                 [f"# {load.contention(args.load)}"],
                 f"Sampling, T {args.temperature}: kernel vs torch path (speedup = torch / "
                 f"kernel)"),
-            knobs=knobs, smoke={"rows": 2, "vocab": 2000, "reps": 3},
-            labels=("top_p",))
+            knobs=knobs, smoke={"rows": 2, "vocab": 2000, "reps": 3})
 main = CASE.run

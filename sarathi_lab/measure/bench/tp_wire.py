@@ -73,6 +73,5 @@ CASE = Case(name="tp_wire",
             report=lambda args, table: Report([], (
                 f"{args.model}, tensor_parallel={args.tensor_parallel} on {args.device} "
                 f"({args.dtype}): the driver's broadcast per iteration (prepare includes it)")),
-            smoke={"requests": [4], "new_tokens": 4, "prompt": 16}, machine=False,
-            labels=("decodes_p50",))
+            smoke={"requests": [4], "new_tokens": 4, "prompt": 16}, machine=False)
 main = CASE.run
