@@ -9,8 +9,8 @@ import time
 import numpy as np
 import torch
 
-from sarathi_lab.measure.bench.args import bench_parser, int_range, positive_int, table_path
-from sarathi_lab.measure.bench.common import print_table
+from sarathi_lab.measure.bench.args import int_range, positive_int
+from sarathi_lab.measure.bench.case import Case, Report
 from sarathi_lab.measure.bench.trace import workload
 
 MODEL, GPU, DEVICE_NAME = "llama-13b", "h100", "NVIDIA H100 80GB HBM3"
@@ -93,8 +93,7 @@ def summarize(seen, result: dict, label: str) -> dict:
             "met": bool(np.percentile(share, 99) < TARGET)}
 
 
-def main(argv: list[str] | None = None):
-    p = bench_parser(__spec__, __doc__)
+def knobs(p) -> None:
     p.add_argument("--requests", type=positive_int, default=128)
     p.add_argument("--batch", type=positive_int, default=128, help="max_batch_size")
     p.add_argument("--chunk", type=positive_int, default=512, help="sarathi chunk size")
@@ -102,21 +101,26 @@ def main(argv: list[str] | None = None):
                    help="N, or LO-HI drawn uniformly")
     p.add_argument("--decode-tokens", type=int_range, default=(64, 512),
                    help="N, or LO-HI drawn uniformly")
-    p.add_argument("--smoke", action="store_true", help="a few requests (CI)")
-    p.add_argument("--out", type=table_path, help="also write the table to this file (.csv, .json)")
-    args = p.parse_args(argv)
-    if args.smoke:
-        args.requests, args.prompt_tokens, args.decode_tokens = 8, (64, 512), (8, 32)
-    seen = batches(args.requests, args.batch, args.chunk, args.prompt_tokens, args.decode_tokens)
-    rows = [summarize(seen, replay(seen, cached), label)
-            for cached, label in ((True, "cached"), (False, "uncached"))]
-    print(f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve chunk "
-          f"{args.chunk}, batch <= {args.batch}; host planning timed on this CPU (unreliable "
-          "while it is shared)")
-    return print_table(rows, args.out, "Attention planning per iteration against the predicted "
-                       f"{GPU} forward (target: p99 share < {TARGET:.0%})",
-                       extra={"model": MODEL, "gpu": GPU})
 
 
-if __name__ == "__main__":
-    main()
+def start(args) -> None:
+    args.seen = batches(args.requests, args.batch, args.chunk, args.prompt_tokens,
+                        args.decode_tokens)
+
+
+def report(args, table) -> Report:
+    return Report([(f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve "
+                    f"chunk {args.chunk}, batch <= {args.batch}; host planning timed on this CPU "
+                    "(unreliable while it is shared)")],
+                  f"Attention planning per iteration against the predicted {GPU} forward "
+                  f"(target: p99 share < {TARGET:.0%})", {"model": MODEL, "gpu": GPU})
+
+
+CASE = Case(name="plan_cost",
+            reference=f"peer: the {GPU} forward the simulator predicts per iteration; the planner "
+                      f"uncached; target: p99 share under {TARGET:.0%}",
+            grid=lambda args: [(True, "cached"), (False, "uncached")],
+            measure=lambda args, point: summarize(args.seen, replay(args.seen, point[0]), point[1]),
+            report=report, knobs=knobs, start=start, shared=(), machine=False,
+            smoke={"requests": 8, "prompt_tokens": (64, 512), "decode_tokens": (8, 32)})
+main = CASE.run
