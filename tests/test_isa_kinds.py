@@ -45,7 +45,7 @@ def test_every_library_is_held_to_the_kind(name, tmp_path):
 def test_as_isa_runs_a_benchmark_and_labels_its_record(tmp_path):
     _runnable("avx2")
     out = tmp_path / "ceilings.json"
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench.as_isa", "avx2", "ceilings", "--smoke",
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "ceilings", "--isa", "avx2", "--smoke",
                            "--threads", "1", "--out", str(out)], env=_clean_env(), capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -54,10 +54,10 @@ def test_as_isa_runs_a_benchmark_and_labels_its_record(tmp_path):
     assert machine["isa_as"] == "avx2" and "avx512" not in machine["isa"] and not machine["bf16_units"]
 
 
-@pytest.mark.parametrize("argv, says", [(["avx3", "ceilings"], "KIND='avx3' is not one of"),
-                                        (["avx2", "nope"], "BENCHMARK='nope' is not one of")])
+@pytest.mark.parametrize("argv, says", [(["ceilings", "--isa", "avx3"], "--isa: invalid choice: 'avx3'"),
+                                        (["nope", "--isa", "avx2"], "measurement 'nope' is invalid")])
 def test_as_isa_refuses_in_one_line(argv, says):
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.bench.as_isa", *argv], env=_clean_env(),
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", *argv], env=_clean_env(),
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr
 

@@ -21,7 +21,7 @@ clock.time = types.SimpleNamespace(perf_counter=time.thread_time, sleep=time.sle
 
 from sarathi_lab import LLM
 from sarathi_lab.engine.sequence import SamplingParams
-from sarathi_lab.measure.bench.common import make_workload
+from sarathi_lab.measure.bench.trace import make_workload
 from sarathi_lab.model import load_config
 
 label = sys.argv[1] if len(sys.argv) > 1 else "run"

@@ -1,7 +1,8 @@
 """``python -m sarathi_lab.measure``: every measurement the wing registers, a line each;
 ``python -m sarathi_lab.measure NAME [args]`` runs a benchmark or a simulator check by its name
-(``all`` the benchmarks CI runs). The GPU suite runs as ``python -m sarathi_lab.measure.gpu``, a
-task as ``python -m sarathi_lab.run task=NAME``."""
+(``all --smoke``: the benchmarks CI runs, in turn; ``NAME --help``: a benchmark's options). The
+GPU suite runs as ``python -m sarathi_lab.measure.gpu``, a task as ``python -m sarathi_lab.run
+task=NAME``."""
 from __future__ import annotations
 
 import ast
@@ -11,11 +12,9 @@ import textwrap
 from pathlib import Path
 
 from sarathi_lab.harness.tasks import task_names
-from sarathi_lab.measure import tasks
-from sarathi_lab.measure.bench.__main__ import ALL, BENCHMARKS
-from sarathi_lab.measure.bench.__main__ import main as run_benchmark
+from sarathi_lab.measure import bench, sim_check, tasks
+from sarathi_lab.measure.bench.case import ALL, NAMES, named
 from sarathi_lab.measure.gpu.plan import STEPS
-from sarathi_lab.measure.sim_check import CHECKS
 
 WIDTH = 100
 
@@ -25,24 +24,23 @@ def _line(name: str, what: str) -> str:
     return name + textwrap.shorten(what, max(WIDTH - len(name), 20), placeholder=" ...")
 
 
-def _task_line(name: str) -> str:
-    """From the task module's docstring, read without importing it (a task may load torch)."""
-    source = (Path(tasks.__file__).parent / f"{name}.py").read_text()
-    doc = ast.get_docstring(ast.parse(source)) or ""
-    return _line(name, " ".join(doc.split()))
+def _doc_line(package, name: str) -> str:
+    """From the module's docstring, read without importing it (a task may load torch)."""
+    source = (Path(package.__file__).parent / f"{name}.py").read_text()
+    return _line(name, " ".join((ast.get_docstring(ast.parse(source)) or "").split()))
 
 
 def listing() -> str:
     return "\n".join([
         __doc__, "", "benchmarks (python -m sarathi_lab.measure NAME):",
-        *(_line(n, what) for n, what in BENCHMARKS.items()),
+        *(_doc_line(bench, n) for n in NAMES),
         _line("all", f"{', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"),
         "", "simulator checks (python -m sarathi_lab.measure NAME):",
-        *(_line(n, what) for n, what in CHECKS.items()),
+        *(_doc_line(sim_check, n) for n in sim_check.CHECKS),
         "", "GPU suite steps (python -m sarathi_lab.measure.gpu --steps NAME):",
         *(_line(s.name, s.what) for s in STEPS),
         "", "tasks (python -m sarathi_lab.run task=NAME):",
-        *(_task_line(n) for n in task_names())])
+        *(_doc_line(tasks, n) for n in task_names())])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,14 +49,18 @@ def main(argv: list[str] | None = None) -> int:
         print(listing())
         return 0
     name, rest = argv[0], argv[1:]
-    if name in (*BENCHMARKS, "all"):
-        return run_benchmark(argv)
-    if name not in CHECKS:
+    if name not in (*NAMES, "all", *sim_check.CHECKS):
         print(f"error: measurement {name!r} is invalid: allowed are "
-              f"{', '.join([*BENCHMARKS, 'all', *CHECKS])} "
+              f"{', '.join([*NAMES, 'all', *sim_check.CHECKS])} "
               "(python -m sarathi_lab.measure lists them)", file=sys.stderr)
         return 2
-    importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
+    if name in sim_check.CHECKS:
+        importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
+    elif name != "all":
+        named(name).run(rest)
+    for each in ALL if name == "all" else ():
+        print(f"\n===== {each} =====", flush=True)
+        named(each).run(rest)
     return 0
 
 

@@ -15,15 +15,8 @@ from sarathi_lab import host_load as load
 from sarathi_lab.config import DTYPE_BYTES, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.metrics import overhead_fraction
-from sarathi_lab.measure.bench.args import (
-    bench_parser,
-    hybrid_pairs,
-    positive_int,
-    positive_ints,
-    table_path,
-)
-from sarathi_lab.measure.bench.common import parse, print_table
-from sarathi_lab.measure.profiling.machine import describe_machine
+from sarathi_lab.measure.bench.args import hybrid_pairs, positive_int, positive_ints
+from sarathi_lab.measure.bench.case import Case, Report
 from sarathi_lab.measure.profiling.overhead import TARGET
 
 MODEL = "llama2-7b"
@@ -94,7 +87,7 @@ def _steps(engine, n: int) -> list[tuple]:
     return out
 
 
-def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
+def timed_steps(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> list[tuple]:
     """Beside a ``chunk``-token chunk of a long prompt arriving once they decode (0: none)."""
     # The decodes' prompts are prefilled first under a budget the timed iterations do not reach.
     runs, prefill = warmup + reps, chunk or PREFILL_BUDGET
@@ -113,70 +106,67 @@ def measure(decodes: int, context: int, chunk: int, reps: int, warmup: int) -> l
     steps = _steps(engine, runs)[warmup:]
     if not all(r.num_decode_requests == decodes
                and r.num_prefill_tokens == chunk for r, _ in steps):
-        raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: the "
-                           f"scheduler "
-                           "ran other batches")
+        raise RuntimeError(f"{decodes} decodes beside a chunk of {chunk} at context {context}: "
+                           "the scheduler ran other batches")
     return steps
 
 
-def summarize(batch: int, context: int, chunk: int, steps: list[tuple], cost_model,
-              kv_fits) -> dict:
-    """``kv_fits(tokens, kv_tokens)``: whether such an iteration fits on the GPU."""
+def measure(args, point: tuple[int, int, int]) -> dict:
+    """``args.kv_fits(tokens, kv_tokens)``: whether such an iteration fits on the GPU."""
+    context, chunk, batch = point
+    steps = timed_steps(batch, context, chunk, args.reps, args.warmup)
     times = pd.DataFrame([{
         "host": r.duration - r.forward_time, "schedule": r.schedule_time, "prepare": r.prepare_time,
         "sample": r.sample_time,
         # What the step times outside its named parts.
         "rest": r.duration - r.schedule_time - r.prepare_time - r.forward_time - r.sample_time,
-        f"{GPU}_forward": cost_model.iteration_cost(prefills, decodes,
-                                                    r.num_decode_requests).forward_s,
+        f"{GPU}_forward": args.cost_model.iteration_cost(prefills, decodes,
+                                                         r.num_decode_requests).forward_s,
     } for r, (prefills, decodes) in steps])
     frac = overhead_fraction(times["host"], times[f"{GPU}_forward"]).median()
     return {
         "case": "hybrid" if chunk else "decode", "batch": batch, "context": context, "chunk": chunk,
         **(times.median() * 1e6).add_suffix("_us").to_dict(), "overhead_fraction": frac,
         "met": frac < TARGET,
-        "kv_fits": all(kv_fits(r.num_tokens, sum(c for _, c in prefills) + sum(decodes))
+        "kv_fits": all(args.kv_fits(r.num_tokens, sum(c for _, c in prefills) + sum(decodes))
                        for r, (prefills, decodes) in steps),
     }
 
 
-def run(args) -> pd.DataFrame:
+def start(args) -> None:
     from sarathi_lab.model import load_config
     from sarathi_lab.sim import CostModel, kv_capacity_tokens, load_device
 
-    start = load.snapshot()
-    cost_model = CostModel.for_device(GPU, MODEL, dtype=DTYPE)
     gpu, config = load_device(GPU, DTYPE), load_config(MODEL)
 
     def kv_fits(tokens: int, kv_tokens: int) -> bool:
         return kv_tokens <= kv_capacity_tokens(gpu, config, DTYPE_BYTES[DTYPE], tokens)
 
-    rows = []
-    for context in args.contexts:
-        for chunk, decodes in [(0, batch) for batch in args.decode_batches] + args.hybrid:
-            steps = measure(decodes, context, chunk, args.reps, args.warmup)
-            rows.append(summarize(decodes, context, chunk, steps, cost_model, kv_fits))
-    print(describe_machine("cpu"))
-    print(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of one "
-          f"{GPU} | median of {args.reps} iterations after {args.warmup} | "
-          f"{load.contention(start)}")
-    table = print_table(rows, args.out,
-                        f"Host time per iteration beside the predicted {GPU} forward: its "
-                        f"overhead_fraction (target < {TARGET:.0%})",
-                        extra={"model": MODEL, "gpu": GPU})
-    if not table["kv_fits"].all():
-        print(f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; "
-              f"its forward is"
-              " the cost model's what-if")
+    args.kv_fits, args.cost_model = kv_fits, CostModel.for_device(GPU, MODEL, dtype=DTYPE)
+
+
+def grid(args) -> list[tuple[int, int, int]]:
+    """(context, chunk, decodes): every decode batch, then the hybrid ones, at each context."""
+    return [(context, chunk, decodes) for context in args.contexts
+            for chunk, decodes in [(0, batch) for batch in args.decode_batches] + args.hybrid]
+
+
+def report(args, table: pd.DataFrame) -> Report:
+    head = [(f"# {MODEL} shapes, forward a no-op; predicted forward: the roofline cost model of "
+             f"one {GPU} | median of {args.reps} iterations after {args.warmup} | "
+             f"{load.contention(args.load)}")]
+    tail = [] if table["kv_fits"].all() else [
+        (f"kv_fits False: that batch's KV cache does not fit one {GPU} beside the weights; its "
+         "forward is the cost model's what-if")]
     missed = table[~table["met"]]
-    print(f"target: overhead_fraction < {TARGET:.0%} beside the predicted {GPU} forward at every "
-          f"batch: "
-          + ("met" if missed.empty else f"missed at {len(missed)} of {len(table)}"))
-    return table
+    tail.append(f"target: overhead_fraction < {TARGET:.0%} beside the predicted {GPU} forward at "
+                "every batch: " + ("met" if missed.empty else
+                                   f"missed at {len(missed)} of {len(table)}"))
+    return Report(head, f"Host time per iteration beside the predicted {GPU} forward: its "
+                  f"overhead_fraction (target < {TARGET:.0%})", {"model": MODEL, "gpu": GPU}, tail)
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = bench_parser(__spec__, __doc__)
+def knobs(p) -> None:
     p.add_argument("--decode-batches", type=positive_ints, default=[1, 8, 32, 64, 128, 256],
                    help="decode batch sizes (requests)")
     p.add_argument("--contexts", type=positive_ints, default=[1024, 4096],
@@ -187,20 +177,22 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--reps", type=positive_int, default=30,
                    help="iterations timed per case (their median)")
     p.add_argument("--warmup", type=positive_int, default=5, help="iterations run first, untimed")
-    p.add_argument("--smoke", action="store_true", help="tiny sizes that finish in seconds (CI)")
-    p.add_argument("--out", type=table_path,
-                   help="also write the table to this file (.csv or .json)")
-    args = parse(p, argv, decode_batches=[1, 16], contexts=[256], hybrid=[(64, 4)], reps=3,
-                 warmup=1)
+
+
+def check(args) -> str | None:
     if not (args.contexts and (args.decode_batches or args.hybrid)):
-        p.error("--contexts is empty, or --decode-batches and --hybrid both are: give at least one "
+        return ("--contexts is empty, or --decode-batches and --hybrid both are: give at least one "
                 "case")
     if min(args.contexts) < 2:
-        p.error(f"--contexts={','.join(map(str, args.contexts))} is invalid: a decode's context "
-                f"holds its prompt "
-                "and its new token, so each must be >= 2")
-    return run(args)
+        return (f"--contexts={','.join(map(str, args.contexts))} is invalid: a decode's context "
+                "holds its prompt and its new token, so each must be >= 2")
 
 
-if __name__ == "__main__":
-    main()
+CASE = Case(name="host_path",
+            reference=f"peer: the {GPU} forward the simulator's cost model predicts per batch; "
+                      f"target: overhead_fraction under {TARGET:.0%}",
+            grid=grid, measure=measure, report=report, knobs=knobs, start=start,
+            check=check, shared=(),
+            smoke={"decode_batches": [1, 16], "contexts": [256], "hybrid": [(64, 4)], "reps": 3,
+                   "warmup": 1})
+main = CASE.run

@@ -2,13 +2,11 @@
 the parts the engine records (docs/benchmarks.md). Target: under 5% of iteration time."""
 from __future__ import annotations
 
-import pandas as pd
-
 from sarathi_lab import host_load as load
 from sarathi_lab.engine.scheduler import scheduler_names
-from sarathi_lab.measure.bench.args import bench_parser, int_range, names_of, positive_int
-from sarathi_lab.measure.bench.common import add_common_args, make_workload, parse, print_table
-from sarathi_lab.measure.profiling.machine import describe_machine
+from sarathi_lab.measure.bench.args import int_range, names_of, positive_int
+from sarathi_lab.measure.bench.case import Case, Report
+from sarathi_lab.measure.bench.trace import make_workload
 from sarathi_lab.measure.profiling.overhead import HOST_PARTS, TARGET, serve
 
 
@@ -29,39 +27,38 @@ def measure(llm, prompts, new_tokens) -> dict:
     }
 
 
-def run(args) -> pd.DataFrame:
-    from sarathi_lab import LLM
+def start(args) -> None:
     from sarathi_lab.model import load_config
 
-    start = load.snapshot()
-    prompts, new_tokens = make_workload(args.requests, args.prompt_len, args.new_tokens,
-                                        load_config(args.model).vocab_size, args.seed)
+    args.prompts, args.new = make_workload(args.requests, args.prompt_len, args.new_tokens,
+                                           load_config(args.model).vocab_size, args.seed)
+
+
+def measure_scheduler(args, name: str) -> dict:
+    from sarathi_lab import LLM
+
     # The workload's longest, not the model's context.
-    max_len = max(len(p) + n for p, n in zip(prompts, new_tokens))
-    rows = []
-    for name in args.schedulers:
-        llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size,
-                  max_batch_size=args.batch_size, max_model_len=max_len, device=args.device,
-                  dtype=args.dtype, num_kv_blocks=args.kv_blocks, cpu_linear=args.cpu_linear)
-        gemm = llm.cpu_gemm
-        row = {"scheduler": name} | measure(llm, prompts, new_tokens)
-        row["target"], row["met"] = TARGET, row["overhead_fraction"] < TARGET
-        rows.append(row)
-        del llm
-    print(describe_machine(args.device))
-    print(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} ({gemm})"
-          f" | {len(prompts)} requests, prompts {args.prompt_len},"
-          f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size}"
-          f" | {load.contention(start)}")
-    extra = {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-             "cpu_gemm": gemm}
-    title = "Share of iteration time outside the forward pass"
-    return print_table(rows, args.out, title, "{:.4f}", args.device, extra)
+    max_len = max(len(p) + n for p, n in zip(args.prompts, args.new))
+    llm = LLM(args.model, scheduler=name, chunk_size=args.chunk_size,
+              max_batch_size=args.batch_size, max_model_len=max_len, device=args.device,
+              dtype=args.dtype, num_kv_blocks=args.kv_blocks, cpu_linear=args.cpu_linear)
+    args.gemm = llm.cpu_gemm
+    row = {"scheduler": name} | measure(llm, args.prompts, args.new)
+    row["target"], row["met"] = TARGET, row["overhead_fraction"] < TARGET
+    return row
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = bench_parser(__spec__, __doc__)
-    add_common_args(p, engine=True)
+def report(args, table) -> Report:
+    head = [(f"# model {args.model} | dtype {args.dtype} | cpu_linear {args.cpu_linear} "
+            f"({args.gemm}) | {len(args.prompts)} requests, prompts {args.prompt_len},"
+            f" new tokens {args.new_tokens} | chunk {args.chunk_size} | batch {args.batch_size}"
+            f" | {load.contention(args.load)}")]
+    return Report(head, "Share of iteration time outside the forward pass",
+                  {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
+                   "cpu_gemm": args.gemm})
+
+
+def knobs(p) -> None:
     p.add_argument("--model", default="cpu-small")
     p.add_argument("--schedulers", type=names_of(scheduler_names()), default=["sarathi", "vllm"])
     p.add_argument("--chunk-size", type=positive_int, default=512)
@@ -74,9 +71,13 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--new-tokens", type=int_range, default=(32, 64), metavar="LO-HI",
                    help="tokens generated per request, uniform in [LO, HI] (greedy, EOS ignored)")
     p.add_argument("--seed", type=int, default=0)
-    return run(parse(p, argv, model="tiny", requests=4, prompt_len=(16, 48), new_tokens=(4, 8),
-                     chunk_size=32, batch_size=4))
 
 
-if __name__ == "__main__":
-    main()
+CASE = Case(name="overhead",
+            reference=f"target: overhead_fraction under {TARGET:.0%} of the iteration",
+            grid=lambda args: args.schedulers, measure=measure_scheduler, report=report,
+            knobs=knobs, start=start, shared=("device", "dtype", "threads", "cpu_linear"),
+            smoke={"model": "tiny", "requests": 4, "prompt_len": (16, 48), "new_tokens": (4, 8),
+                   "chunk_size": 32, "batch_size": 4},
+            float_format="{:.4f}")
+main = CASE.run

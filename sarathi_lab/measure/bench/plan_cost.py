@@ -9,8 +9,8 @@ import time
 import numpy as np
 import torch
 
-from sarathi_lab.measure.bench.args import bench_parser, int_range, positive_int, table_path
-from sarathi_lab.measure.bench.common import print_table
+from sarathi_lab.measure.bench.args import int_range, positive_int
+from sarathi_lab.measure.bench.case import Case, Report
 from sarathi_lab.measure.bench.trace import workload
 
 MODEL, GPU, DEVICE_NAME = "llama-13b", "h100", "NVIDIA H100 80GB HBM3"
@@ -50,7 +50,8 @@ def replay(seen, cached: bool = True, likely: list | None = None) -> dict:
     """Every batch planned as the engine's Triton backend plans it on an H100 (the device's tuned
     tiles and split rule), in order: the plan cache's hit rate and planning time per iteration;
     ``cached`` False: every plan made afresh; ``likely`` (batches'): each batch's guessed successor
-    planned after it, under its forward, as the engine does on CUDA (ahead_lookup: its own)."""
+    planned after it, under its forward, as the engine does on CUDA (hit_rate: the critical path's
+    lookups only)."""
     from sarathi_kernels import chunk_plan
     from sarathi_kernels.attention_plan import plan_batch
     from sarathi_kernels.occupancy import H100
@@ -65,6 +66,7 @@ def replay(seen, cached: bool = True, likely: list | None = None) -> dict:
         backend = TritonAttention()
         probe = torch.empty(1, 1, shape.kv_heads, shape.head_dim, dtype=torch.bfloat16)
         tiles, rule = backend._tiles(probe), backend._rule(probe)
+
     def planned_us(query_lens, seq_lens, prefills) -> float:
         start = time.perf_counter_ns()
         plan_batch(query_lens, seq_lens, shape.heads, shape.kv_heads, num_prefills=prefills,
@@ -104,8 +106,7 @@ def summarize(seen, result: dict, label: str) -> dict:
             "met": bool(np.percentile(exposed, 99) < TARGET)}
 
 
-def main(argv: list[str] | None = None):
-    p = bench_parser(__spec__, __doc__)
+def knobs(p) -> None:
     p.add_argument("--requests", type=positive_int, default=128)
     p.add_argument("--batch", type=positive_int, default=128, help="max_batch_size")
     p.add_argument("--chunk", type=positive_int, default=512, help="sarathi chunk size")
@@ -113,23 +114,29 @@ def main(argv: list[str] | None = None):
                    help="N, or LO-HI drawn uniformly")
     p.add_argument("--decode-tokens", type=int_range, default=(64, 512),
                    help="N, or LO-HI drawn uniformly")
-    p.add_argument("--smoke", action="store_true", help="a few requests (CI)")
-    p.add_argument("--out", type=table_path, help="also write the table to this file (.csv, .json)")
-    args = p.parse_args(argv)
-    if args.smoke:
-        args.requests, args.prompt_tokens, args.decode_tokens = 8, (64, 512), (8, 32)
-    likely = []
-    seen = batches(args.requests, args.batch, args.chunk, args.prompt_tokens, args.decode_tokens,
-                   likely)
-    rows = [summarize(seen, replay(seen, cached, ahead), label) for cached, ahead, label in
-            ((True, None, "cached"), (True, likely, "cached+ahead"), (False, None, "uncached"))]
-    print(f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve chunk "
-          f"{args.chunk}, batch <= {args.batch}; host planning timed on this CPU (unreliable "
-          "while it is shared)")
-    return print_table(rows, args.out, "Attention planning per iteration against the predicted "
-                       f"{GPU} forward (target: p99 share < {TARGET:.0%})",
-                       extra={"model": MODEL, "gpu": GPU})
 
 
-if __name__ == "__main__":
-    main()
+def start(args) -> None:
+    args.likely = []
+    args.seen = batches(args.requests, args.batch, args.chunk, args.prompt_tokens,
+                        args.decode_tokens, args.likely)
+
+
+def report(args, table) -> Report:
+    return Report([(f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve "
+                    f"chunk {args.chunk}, batch <= {args.batch}; host planning timed on this CPU "
+                    "(unreliable while it is shared)")],
+                  f"Attention planning per iteration against the predicted {GPU} forward "
+                  f"(target: p99 share < {TARGET:.0%})", {"model": MODEL, "gpu": GPU})
+
+
+CASE = Case(name="plan_cost",
+            reference=f"peer: the {GPU} forward the simulator predicts per iteration; the planner "
+                      f"uncached; target: p99 share under {TARGET:.0%}",
+            grid=lambda args: [(True, False, "cached"), (True, True, "cached+ahead"),
+                               (False, False, "uncached")],
+            measure=lambda args, point: summarize(args.seen, replay(
+                args.seen, point[0], args.likely if point[1] else None), point[2]),
+            report=report, knobs=knobs, start=start, shared=(), machine=False,
+            smoke={"requests": 8, "prompt_tokens": (64, 512), "decode_tokens": (8, 32)})
+main = CASE.run

@@ -2,6 +2,8 @@
 planning-cost benchmark replay it, so their figures compare across changes."""
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
 # A load the simulated A100 keeps up with, so that queues and batches stay realistic.
@@ -17,3 +19,12 @@ def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024),
     decodes = rng.integers(decode_tokens[0], decode_tokens[1] + 1, size=n).tolist()
     arrivals = np.cumsum(rng.exponential(1 / rate_rps, size=n)).tolist()
     return prompts, decodes, arrivals
+
+
+def make_workload(requests: int, prompt_len: tuple[int, int], new_tokens: tuple[int, int],
+                  vocab: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    """Prompts of random tokens and new-token counts, each uniform in its range."""
+    rng = random.Random(seed)
+    lens = [rng.randint(*prompt_len) for _ in range(requests)]
+    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in lens]
+    return prompts, [rng.randint(*new_tokens) for _ in range(requests)]

