@@ -35,12 +35,21 @@ def suite(*args: str, out_env: Path | None = None, timeout: float = 600,
                           text=True, timeout=timeout, check=False)
 
 
+# Steps whose dry run another test owns, left out of the whole dry run here: tune's by test_tuned_kernels
+# (tune.run on a dry context), and these paper steps' dry jobs by --own's dry run (test_gpu_own: the same
+# dry job, per_token_cost's sweep in a child process). Their lease jobs' check runs below, in process.
+DRY_RUN_ELSEWHERE = ("tune", "paper.per_token_cost", "paper.tile_quantization", "paper.capacity.strict")
+LEASE_CHECKED_HERE = DRY_RUN_ELSEWHERE[1:]
+
+
 @pytest.mark.e2e
 def test_dry_run_produces_every_step_and_resumes(tmp_path):
     out, exported = tmp_path / "suite", tmp_path / "OUT"
-    run = suite("--dry-run", "--out", str(out), out_env=exported)
+    steps = [s for s in STEPS if s.name not in DRY_RUN_ELSEWHERE]
+    assert len(steps) == len(STEPS) - len(DRY_RUN_ELSEWHERE)  # each still a step
+    run = suite("--dry-run", "--out", str(out), "--steps", ",".join(s.name for s in steps), out_env=exported)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    for step in STEPS:
+    for step in steps:
         result = state.read_result(out, step.name)
         assert result is not None, f"{step.name} wrote no result"
         assert result.status in ("done", "unavailable"), (step.name, result.error)
@@ -48,11 +57,14 @@ def test_dry_run_produces_every_step_and_resumes(tmp_path):
     overhead = {m.metric: m.value for m in state.read_result(out, "overhead").metrics}
     assert {"prepare_us_after_forward[decode]", "host_arrays_us_hot[decode]", "stalled_iterations[decode]",
             "cuda_graphs_captured"} <= set(overhead) and overhead["cuda_graphs_captured"] == 0  # a CPU
+    hybrid = state.read_result(out, "hybrid")
+    assert hybrid.status == "done" and any(m.metric.startswith("hybrid_attention_over_sequential[")
+                                           for m in hybrid.metrics)
     files = sorted(p.name for p in exported.iterdir())
     assert len(files) <= state.MAX_OUT_FILES and all(p.is_file() for p in exported.iterdir())
     assert {"summary.json", "summary.csv", state.ARCHIVE} <= set(files)
     summary = json.loads((exported / "summary.json").read_text())
-    assert [s["step"] for s in summary["steps"]] == [s.name for s in STEPS]
+    assert [s["step"] for s in summary["steps"]] == [s.name for s in steps]
     with tarfile.open(exported / state.ARCHIVE) as tar:
         assert "steps/env/DONE" in tar.getnames()
     # The dry run's tiny paper jobs say in their own records that they are the quick set.
@@ -64,6 +76,16 @@ def test_dry_run_produces_every_step_and_resumes(tmp_path):
     again = suite("--dry-run", "--out", str(out), "--steps", "env,engine")
     assert again.returncode == 0 and "2 of 2 steps already finished" in again.stdout
     assert (state.step_dir(out, "env") / "DONE").stat().st_mtime == done_mtime
+
+
+@pytest.mark.parametrize("name", LEASE_CHECKED_HERE)
+def test_the_lease_jobs_of_steps_dry_run_elsewhere_compose_and_fit_an_80gb_card(name):
+    # What the dry run checks of a paper step before its dry job: every lease job through the schema
+    # and the KV plan (--own's dry run checks its own, unscaled jobs).
+    from sarathi_lab.measure.gpu.steps.paper import check_gpu_jobs, job_overrides
+
+    validated, worst = check_gpu_jobs(BY_NAME[name])
+    assert validated.value == len(job_overrides(BY_NAME[name])) and worst.holds, worst
 
 
 def test_a_budget_no_step_fits_is_refused_not_deferred_forever(tmp_path):

@@ -1,7 +1,7 @@
 """The GPU suite's ``hybrid`` step (measure/profiling/hybrid_grid.py, hybrid_attention.py, measure/gpu/steps/hybrid.py)
 on the CPU: every contender computes the reference attention of a hybrid batch; one that does not is caught and not
-timed; the floors are the hand count; the GPU grid is the issue's batches; the step writes its table, resumes, and runs
-in the suite's dry run."""
+timed; the floors are the hand count; the GPU grid is the issue's batches; the step writes its table and resumes (its
+dry run in the suite: tests/test_gpu_suite.py's whole dry run)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -14,7 +14,6 @@ from sarathi_lab.measure.gpu.steps import hybrid as step
 from sarathi_lab.measure.profiling import hybrid_attention as hybrid
 from sarathi_lab.measure.profiling.attention_peers import Flex
 from sarathi_lab.measure.profiling.hybrid_grid import CONTENDERS, GRIDS, POD, HybridCase
-from tests.test_gpu_suite import suite
 
 CPU = torch.device("cpu")
 
@@ -97,12 +96,3 @@ def test_the_step_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(hybrid, "measure", lambda case, **kw: measured.append(case.label) or real(case, **kw))
     step.run(ctx, None)
     assert measured == labels[1:]
-
-
-@pytest.mark.e2e
-def test_the_step_dry_runs_in_the_suite(tmp_path):
-    run = suite("--dry-run", "--out", str(tmp_path), "--steps", "hybrid", timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    result = state.read_result(tmp_path, "hybrid")
-    assert result is not None and result.status == "done", result
-    assert any(m.metric.startswith("hybrid_attention_over_sequential[") for m in result.metrics)

@@ -370,6 +370,26 @@ def test_a_swept_key_a_scheduler_ignores_runs_its_jobs_once_and_says_so():
         assert swept_jobs(_composed("task=profile", "chunk=64,128", "scheduler=vllm"))[1] == []
 
 
+def test_the_sweeper_composes_again_only_the_jobs_the_preflight_did_not(monkeypatch):
+    # Hydra's sweeper composes every job before launching any; the preflight already did, with this loader.
+    from types import SimpleNamespace
+
+    from hydra_plugins.sarathi_lab_launcher.sweeper import Sweeper
+    from sarathi_lab.harness import sweep_check
+
+    composed = []
+    loader = SimpleNamespace(load_sweep_config=lambda master_config, sweep_overrides: composed.append(sweep_overrides))
+    monkeypatch.setitem(sweep_check._PARSED, "loader", loader)
+    monkeypatch.setitem(sweep_check._PARSED, "jobs", {("chunk=256",): "parsed"})
+    sweeper = Sweeper()
+    sweeper.config, sweeper.hydra_context = OmegaConf.create({}), SimpleNamespace(config_loader=loader)
+    sweeper.validate_batch_is_legal([["chunk=256"], ["chunk=512"]])
+    assert composed == [["chunk=512"]]
+    monkeypatch.setitem(sweep_check._PARSED, "loader", object())  # another loader's: composed again
+    sweeper.validate_batch_is_legal([["chunk=256"]])
+    assert composed == [["chunk=512"], ["chunk=256"]]
+
+
 @pytest.mark.parametrize("overrides, key, why", [
     (["scheduler=vllm"], "chunk", "scheduler=vllm does not read chunk (it prefills prompts whole)"),
     (["scheduler=static"], "chunk", "scheduler=static does not read chunk (it prefills prompts whole)"),

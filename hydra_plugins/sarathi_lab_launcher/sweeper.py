@@ -32,3 +32,11 @@ class Sweeper(BasicSweeper):
         if max_batch_size is None:
             return [jobs]
         return [list(batch) for batch in BasicSweeper.split_overrides_to_chunks(jobs, max_batch_size)]
+
+    # BasicSweeper.sweep composes each job before launching it, to fail early; under the basic launcher
+    # the preflight (harness/sweep_check.py) has composed every job already, with the same loader.
+    def validate_batch_is_legal(self, batch: list[list[str]]) -> None:
+        from sarathi_lab.harness.sweep_check import composed
+
+        loader = self.hydra_context.config_loader
+        super().validate_batch_is_legal([job for job in batch if not composed(loader, job)])

@@ -155,6 +155,11 @@ def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
 _PARSED: dict[str, Any] = {"loader": None, "jobs": {}}
 
 
+def composed(loader, overrides: list[str]) -> bool:
+    """Whether the preflight composed this job with ``loader`` (its config parsed or refused)."""
+    return _PARSED["loader"] is loader and tuple(overrides) in _PARSED["jobs"]
+
+
 def _job_config(loader, config: DictConfig, overrides: list[str]):
     if _PARSED["loader"] is not loader:
         _PARSED.update(loader=loader, jobs={})

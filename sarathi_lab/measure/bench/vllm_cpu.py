@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 from collections.abc import Callable
 
@@ -12,13 +13,26 @@ def available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def _kv_bytes_per_token(model_dir: str, dtype: str) -> int:
+    import torch
+    from transformers import AutoConfig
+
+    from sarathi_lab.model.shape import Shape
+
+    elem_bytes = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    return Shape.of(AutoConfig.from_pretrained(model_dir)).kv_bytes_per_token(elem_bytes)
+
+
 def build(model_dir: str, threads: int, dtype: str, batch_size: int, token_budget: int,
           max_model_len: int) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
     cores = sorted(os.sched_getaffinity(0))[:threads]
-    # Set before vLLM reads them.
+    # Set before vLLM reads them. Its KV cache is zero-filled at start: room for the batch's
+    # longest requests, in whole GiB, not more.
+    kv_bytes = batch_size * max_model_len * _kv_bytes_per_token(model_dir, dtype)
     os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
                        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
-                       "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "4",
+                       "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+                       "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_bytes / 2**30))),
                        "VLLM_LOGGING_LEVEL": "WARNING"})
     from vllm import LLM, SamplingParams
 
