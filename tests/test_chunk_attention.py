@@ -228,14 +228,15 @@ def test_a_repeated_signature_plans_once_and_others_plan_their_own(chunks, other
 
     chunk_plan._CHUNK_PLANS.clear()
     calls = []
-    real = chunk_plan.plan_chunks
+    real = chunk_plan._work
+    batches = [([c for c, _ in lens], [c + p for c, p in lens]) for lens in (chunks, other, chunks)]
+    own = [chunk_plan.plan_chunks(q, s, kv_heads, 64, 64, programs) for q, s in batches]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(chunk_plan, "plan_chunks", lambda *a, **k: calls.append(a) or real(*a, **k))
-        for lens in (chunks, other, chunks):
-            query_lens, seq_lens = [c for c, _ in lens], [c + p for c, p in lens]
+        patch.setattr(chunk_plan, "_work", lambda *a, **k: calls.append(a) or real(*a, **k))
+        for (query_lens, seq_lens), planned in zip(batches, own):
             work = chunk_plan.cached_chunks(query_lens, seq_lens, kv_heads, 64, 64, programs)
             # A hit is the plan this batch's own planning makes; a miss of another signature too.
-            assert _same_work(work, real(query_lens, seq_lens, kv_heads, 64, 64, programs))
+            assert _same_work(work, planned)
     same = [c for c, _ in chunks] == [c for c, _ in other] and \
         tile_walks(*zip(*[(c, c + p) for c, p in chunks]), 64, 64)[2].tolist() == \
         tile_walks(*zip(*[(c, c + p) for c, p in other]), 64, 64)[2].tolist()

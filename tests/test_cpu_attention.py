@@ -3,6 +3,7 @@ scaled_dot_product_attention over the gathered context), and how the CPU kernels
 content-addressed, atomically, one line."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -220,8 +221,8 @@ def test_build_key_covers_the_cpu_and_the_compiler(monkeypatch):
     monkeypatch.setattr(cpu_build, "_cpu_flags", lambda: "fpu sse2 avx2")
     avx2 = cpu_build._build_key("c++")
     assert avx2 != key
-    monkeypatch.setattr(cpu_build, "_COMPILE", [*cpu_build._COMPILE, "-O2"])
-    assert cpu_build._build_key("c++") != avx2
+    changed = dataclasses.replace(cpu_build.KERNELS, compile=(*cpu_build.KERNELS.compile, "-O2"))
+    assert cpu_build._build_key("c++", changed) != avx2
 
 
 @needs_kernel

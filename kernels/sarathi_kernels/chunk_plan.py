@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sarathi_kernels import plan_native
 from sarathi_kernels.plan_bounds import flat_bound, flat_path, shares, tail_bound, widest
 
 ITEM_FIELDS = 8  # request, kv_head, first_q, key_lo, key_hi, split, splits, unused (16-byte rows)
@@ -129,8 +130,21 @@ def plan_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n: 
     today's grid instead: a program per walk, or per each of its equal shares, longest first. At
     most ``max(walks + programs - 1, FLAT_WAVES * programs)`` pieces and programs (what a graph's
     buffers hold)."""
-    req, first_q, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
-    heads = num_kv_heads
+    walks = tile_walks(query_lens, seq_lens, block_q, block_n)
+    return _work(query_lens, walks, num_kv_heads, block_q, block_n, programs, split_cost, max_pieces,
+                 base_cost)
+
+
+def _work(query_lens, walks, heads: int, block_q: int, block_n: int, programs: int, split_cost: float,
+          max_pieces: int, base_cost: float) -> ChunkWork:
+    """``plan_chunks``' work from the batch's ``walks`` (``tile_walks``): compiled where the
+    planner library is built (plan_native.py, the same work), else in numpy."""
+    native = plan_native.plan(walks, query_lens, heads, block_q, block_n, programs, split_cost,
+                              max_pieces, base_cost, MIN_PIECE, FLAT_WAVES)
+    if native is not None:
+        items, indptr, rows, most, path, unsplit, planned, longest = native
+        return ChunkWork(items, indptr, rows, most, programs, path, unsplit, planned, longest)
+    req, first_q, keys = walks
     # (tile, head) walks, longest first (ties in tile order: the same batch always plans the same).
     order = np.argsort(-np.repeat(keys, heads), kind="stable")
     walk_tile, walk_head = order // heads, order % heads
@@ -260,15 +274,15 @@ def cached_chunks(query_lens, seq_lens, num_kv_heads: int, block_q: int, block_n
     """``plan_chunks``' work, planned once per signature: the query lengths and every tile's key
     tiles, all the plan reads of the lengths, so a batch of a signature met before gets the very
     plan its own planning would make (its arrays are shared: read them, never write)."""
-    _, _, keys = tile_walks(query_lens, seq_lens, block_q, block_n)
-    key = (np.asarray(query_lens, dtype=np.int64).tobytes(), keys.astype(np.int64).tobytes(),
+    walks = tile_walks(query_lens, seq_lens, block_q, block_n)
+    key = (np.asarray(query_lens, dtype=np.int64).tobytes(), walks[2].astype(np.int64).tobytes(),
            num_kv_heads, block_q, block_n, programs, float(split_cost), max_pieces,
            float(base_cost))
     work = _CHUNK_PLANS.get(key)
     _CACHE_COUNTS["misses" if work is None else "hits"] += 1
     if work is None:
-        work = plan_chunks(query_lens, seq_lens, num_kv_heads, block_q, block_n, programs,
-                           split_cost=split_cost, max_pieces=max_pieces, base_cost=base_cost)
+        work = _work(query_lens, walks, num_kv_heads, block_q, block_n, programs, split_cost,
+                     max_pieces, base_cost)
         _CHUNK_PLANS[key] = work
         if len(_CHUNK_PLANS) > MAX_CACHED_CHUNK_PLANS:
             _CHUNK_PLANS.popitem(last=False)

@@ -1,4 +1,5 @@
-"""The CPU kernels (csrc/*.cpp: paged-decode attention, fused elementwise ops), built once per machine.
+"""The CPU kernels (csrc/*.cpp: paged-decode attention, fused elementwise ops) and the host planner
+(csrc/plan/), each a library built once per machine.
 
 The sources are plain C functions over raw pointers: the system C++ compiler builds them into one
 shared library (no torch headers, no ninja; a source a CPU at once) and ctypes loads it. Builds are
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 _CSRC = Path(__file__).parent / "csrc"
@@ -56,6 +58,35 @@ _COMPILE = ["-O3", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp", "-fPI
 # failed). Every multiply-add is fused, on every CPU, as the kernels' equal-bits guarantees assume.
 _GCC_COMPILE = ["--param=avoid-fma-max-bits=0"]
 _LINK = ["-shared", "-fopenmp"]
+
+
+@dataclass(frozen=True)
+class Library:
+    """One shared library, ``name`` on disk and ``what`` in messages: the ``.cpp`` files of ``folder``
+    (its other files, headers, are part of its build key), compiled with ``compile``; ``fallback``
+    says what runs where it cannot be built."""
+
+    name: str
+    what: str
+    folder: Path
+    compile: tuple[str, ...]
+    fallback: str
+
+    @property
+    def sources(self) -> list[Path]:
+        return sorted(self.folder.glob("*.cpp"))
+
+    def files(self) -> list[Path]:
+        return sorted(p for p in self.folder.iterdir() if p.is_file())
+
+
+KERNELS = Library("cpu_kernels", "the CPU kernels", _CSRC, tuple(_COMPILE),
+                  "decode attention and the fused elementwise ops fall back to torch's")
+# The host planner must make the numpy planner's very plan: no fast-math reassociation and no
+# fused multiply-adds, so that every float sum rounds as numpy's does.
+PLANNER = Library("host_plan", "the planning functions", _CSRC / "plan",
+                  ("-O2", "-ffp-contract=off", "-fPIC", "-std=c++17", "-c"),
+                  "balanced attention work is planned in numpy")
 
 
 def cache_dir() -> Path:
@@ -85,19 +116,22 @@ def _version(cxx: str) -> str:
     return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
 
 
-def compile_flags(march: str | None = None, mtune: str | None = None, cxx: str | None = None) -> list[str]:
-    """The flags each source is compiled with by ``cxx`` (default: ``compiler()``), for ``march``
-    and ``mtune`` (defaults: SARATHI_KERNELS_MARCH, else native; SARATHI_KERNELS_MTUNE, else none)."""
+def compile_flags(march: str | None = None, mtune: str | None = None, cxx: str | None = None,
+                  lib: Library = KERNELS) -> list[str]:
+    """The flags each source of ``lib`` is compiled with by ``cxx`` (default: ``compiler()``), for
+    ``march`` and ``mtune`` (defaults: SARATHI_KERNELS_MARCH, else native; SARATHI_KERNELS_MTUNE,
+    else none)."""
     march = march or os.environ.get("SARATHI_KERNELS_MARCH") or "native"
     mtune = mtune or os.environ.get("SARATHI_KERNELS_MTUNE")
     gcc = "clang" not in _version(cxx or compiler())
-    return [f"-march={march}", *([f"-mtune={mtune}"] if mtune else []), *_COMPILE, *(_GCC_COMPILE if gcc else [])]
+    return [f"-march={march}", *([f"-mtune={mtune}"] if mtune else []), *lib.compile,
+            *(_GCC_COMPILE if gcc else [])]
 
 
-def _build_key(cxx: str) -> str:
+def _build_key(cxx: str, lib: Library = KERNELS) -> str:
     version = _version(cxx)
     h = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in sorted(_CSRC.iterdir())), " ".join(compile_flags(cxx=cxx) + _LINK).encode(),
+    for part in (*(s.read_bytes() for s in lib.files()), " ".join(compile_flags(cxx=cxx, lib=lib) + _LINK).encode(),
                  version.encode(), platform.machine().encode(), _cpu_flags().encode()):
         h.update(part)
         h.update(b"\0")
@@ -171,23 +205,24 @@ def _record(target: Path) -> Path:
     return target.with_name(target.name + ".sha256")
 
 
-def _build(cxx: str) -> int:
-    """A descriptor of the shared library for these sources, compiler and CPU, verified: from the
-    cache, or built into it."""
-    target = _private_dir(cache_dir()) / f"cpu_kernels-{_build_key(cxx)}.so"
+def _build(cxx: str, lib: Library) -> int:
+    """A descriptor of ``lib`` for its sources, this compiler and CPU, verified: from the cache, or
+    built into it."""
+    target = _private_dir(cache_dir()) / f"{lib.name}-{_build_key(cxx, lib)}.so"
     fd, why = _open_verified(target)
     if fd is not None:
         return fd
     if why:
-        print(f"sarathi_lab: the cached CPU kernels {target} {why}: building them again", file=sys.stderr)
+        print(f"sarathi_lab: the cached {lib.what} {target} {why}: building them again", file=sys.stderr)
     else:
-        print(f"sarathi_lab: building the CPU kernels for this machine, once: {target}", file=sys.stderr)
+        print(f"sarathi_lab: building {lib.what} for this machine, once: {target}", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         built = Path(tmp) / target.name
-        objects = [Path(tmp) / f"{src.stem}.o" for src in SOURCES]
+        objects = [Path(tmp) / f"{src.stem}.o" for src in lib.sources]
         # One compiler a CPU this process may run on, the largest sources first: the build takes about
         # as long as its longest source rather than the sum of all.
-        flags, jobs = compile_flags(cxx=cxx), sorted(zip(SOURCES, objects), key=lambda job: -job[0].stat().st_size)
+        flags = compile_flags(cxx=cxx, lib=lib)
+        jobs = sorted(zip(lib.sources, objects), key=lambda job: -job[0].stat().st_size)
         with ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0))) as pool:
             list(pool.map(lambda job: _run([cxx, *flags, str(job[0]), "-o", str(job[1])]), jobs))
         _run([cxx, *_LINK, *map(str, objects), "-o", str(built)])
@@ -211,32 +246,35 @@ def _run(cmd: list[str]) -> None:
 
 
 @functools.cache
-def library() -> ctypes.PyDLL | None:
-    """The loaded library, or None (said once, in one line) where it cannot be built."""
+def library(lib: Library = KERNELS) -> ctypes.PyDLL | None:
+    """``lib`` loaded, or None (said once, in one line) where it cannot be built."""
     cxx = compiler()
     try:
         if shutil.which(cxx) is None:
             raise RuntimeError(f"no C++ compiler ({cxx!r} is not on PATH)")
-        fd = _build(cxx)
+        fd = _build(cxx, lib)
         try:
             # Through the checked descriptor, not the name: the file the name points at could be
             # swapped between the check and the load.
             # PyDLL keeps the GIL, as a torch op would: releasing and retaking it around every call
             # measured slower on a loaded 2-core machine, and nothing else in the engine runs meanwhile.
-            return ctypes.PyDLL(f"/proc/self/fd/{fd}")
-        finally:
+            loaded = ctypes.PyDLL(f"/proc/self/fd/{fd}")
+        except OSError:
             os.close(fd)
+            raise
+        # The descriptor stays open: the dynamic loader knows a library by the path it was opened
+        # by, and a second library opened through a reused descriptor number would be handed the first.
+        return loaded
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        print(f"sarathi_lab: the CPU kernels are unavailable ({e}); decode attention and the fused "
-              "elementwise ops fall back to torch's", file=sys.stderr)
+        print(f"sarathi_lab: {lib.what} are unavailable ({e}); {lib.fallback}", file=sys.stderr)
         return None
 
 
-def function(name: str, argtypes: list, restype=None):
-    """``name`` from the library with its C signature, or None where the library is unavailable."""
-    lib = library()
-    if lib is None:
+def function(name: str, argtypes: list, restype=None, lib: Library = KERNELS):
+    """``name`` from ``lib`` with its C signature, or None where it is unavailable."""
+    loaded = library(lib)
+    if loaded is None:
         return None
-    fn = getattr(lib, name)
+    fn = getattr(loaded, name)
     fn.argtypes, fn.restype = argtypes, restype
     return fn

@@ -115,9 +115,11 @@ def _open_run_dir(ctx: RunContext, finished: bool, plan: EnginePlan) -> None:
         (ctx.status_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, ctx.status_dir / ".hydra" / name)
-    if plan.config.kind.runs_model and plan.host.device_type == "cpu":
+    if plan.config.kind.runs_model:
         # Before `running`: a library killing the process as it loads leaves no live-looking run.
-        cpu_build.library()
+        # A GPU run plans its attention work on the host; a CPU run computes on it.
+        on_cpu = plan.host.device_type == "cpu"
+        cpu_build.library(cpu_build.KERNELS if on_cpu else cpu_build.PLANNER)
     write_status(ctx.status_dir, "running")
 
 

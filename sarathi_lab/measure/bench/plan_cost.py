@@ -117,6 +117,9 @@ def knobs(p) -> None:
 
 
 def start(args) -> None:
+    from sarathi_kernels import plan_native
+
+    plan_native.available()  # the planner built (once a machine) before anything is timed
     args.likely = []
     args.seen = batches(args.requests, args.batch, args.chunk, args.prompt_tokens,
                         args.decode_tokens, args.likely)
