@@ -1,5 +1,6 @@
-"""Balanced work for the prefill chunks' attention, planned on the host from the batch's lengths (numpy,
-no per-item Python), as FlashAttention-3 and FlashInfer plan persistent grids.
+"""Balanced work for the prefill chunks' attention, planned on the host from the batch's lengths, as
+FlashAttention-3 and FlashInfer plan persistent grids: compiled (plan_native.py, the same work), or
+here in numpy where no compiler is found.
 
 Why: one program per (q-tile, KV head) leaves a tail wave whenever the programs are just over a
 multiple of the GPU's slots (SMs x resident CTAs): LLaMA-13B's c=512 chunk is 160 tall tiles on 132

@@ -6,6 +6,7 @@ import platform
 import subprocess
 
 import torch
+from sarathi_kernels import plan_native
 
 from sarathi_lab.harness.results import read_json, write_json
 from sarathi_lab.measure.gpu.context import Context
@@ -35,6 +36,8 @@ def describe(device: str) -> dict:
               "torch_cuda": torch.version.cuda,
               "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
               "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+              # How the host plans balanced attention work (built here, before any timed step).
+              "host_planner": "compiled" if plan_native.available() else "numpy",
               "device": "cpu"}
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
