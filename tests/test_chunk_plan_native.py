@@ -89,3 +89,10 @@ def test_both_libraries_load_in_one_process():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                           check=False, env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+@pytest.mark.parametrize("knobs", [{"programs": 0}, {"max_pieces": 1}, {"split_cost": -1.0}])
+def test_counts_that_would_divide_by_zero_are_refused(knobs):
+    args = {"programs": 16, "max_pieces": 16, "split_cost": 1.0} | knobs
+    with pytest.raises(ValueError, match=f"{next(iter(knobs))}="):
+        cp.plan_chunks([64], [640], 8, 64, 64, args.pop("programs"), **args)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sarathi_kernels import plan_native
+from sarathi_kernels._checks import require
 from sarathi_kernels.plan_bounds import flat_bound, flat_path, shares, tail_bound, widest
 
 ITEM_FIELDS = 8  # request, kv_head, first_q, key_lo, key_hi, split, splits, unused (16-byte rows)
@@ -140,6 +141,12 @@ def _work(query_lens, walks, heads: int, block_q: int, block_n: int, programs: i
           max_pieces: int, base_cost: float) -> ChunkWork:
     """``plan_chunks``' work from the batch's ``walks`` (``tile_walks``): compiled where the
     planner library is built (plan_native.py, the same work), else in numpy."""
+    # Checked here for both: the compiled planner would divide by a zero count.
+    require(programs >= 1 and heads >= 1 and block_q >= 1 and block_n >= 1 and max_pieces >= 2
+            and split_cost >= 0 and base_cost >= 0,
+            f"chunk plan: programs={programs}, heads={heads}, block_q={block_q}, block_n={block_n} must "
+            f"be >= 1, max_pieces={max_pieces} >= 2, split_cost={split_cost} and "
+            f"base_cost={base_cost} >= 0")
     native = plan_native.plan(walks, query_lens, heads, block_q, block_n, programs, split_cost,
                               max_pieces, base_cost, MIN_PIECE, FLAT_WAVES)
     if native is not None:
