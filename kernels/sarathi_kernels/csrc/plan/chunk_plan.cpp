@@ -223,7 +223,11 @@ Plan cut_plan(const I* k, I n, const Knobs& o) {
 
 // plan_bounds.flat_path: one program per piece (longest first) onto the slot that frees first.
 double flat_path(const Reals& costs, I slots) {
-  if (static_cast<I>(costs.size()) <= slots) return costs.empty() ? 0.0 : std::max(0.0, *std::max_element(costs.begin(), costs.end()));
+  if (static_cast<I>(costs.size()) <= slots) {  // a slot each
+    double most = 0.0;
+    for (double c : costs) most = std::max(most, c);
+    return most;
+  }
   std::map<double, I> frees{{0.0, slots}};
   Reals desc(costs);  // the costs longest first, a run of equal ones a group (np.unique's, reversed)
   sort_rising(desc, std::greater<double>());
@@ -329,7 +333,9 @@ Plan tail_plan(const I* k, I n, const Knobs& o, double beat) {
   for (I count = 2; count <= std::min(o.max_pieces, rest_min / o.min_piece); ++count) {
     if (rn * count > o.programs) break;
     const I longest = (rest_max + count - 1) / count;
-    if (least + (static_cast<double>(longest) + o.base + o.split_cost) < beat) tails.push_back(flat_plan(rest, rn, count, o));
+    // Its longest piece onto the least loaded slot, added as the path adds it.
+    if (least + (static_cast<double>(longest) + o.base + o.split_cost) < beat)
+      tails.push_back(flat_plan(rest, rn, count, o));
   }
   for (const Plan& t : tails) {
     Plan p;
@@ -404,7 +410,8 @@ extern "C" int64_t chunk_plan_work(const int64_t* req, const int64_t* first_q, c
     split = i > 0 && p.pw[i] == p.pw[i - 1] ? split + 1 : 0;
     const I w = p.pw[i], t = walk_tile[w];
     int32_t* row = items + 8 * next[p.program[i]]++;
-    const I fields[8] = {req[t], walk_head[w], first_q[t], p.po[i] * block_n, p.hi[i] * block_n, split, p.splits[i], 0};
+    const I fields[8] = {req[t], walk_head[w], first_q[t], p.po[i] * block_n, p.hi[i] * block_n,
+                         split, p.splits[i], 0};
     for (int f = 0; f < 8; ++f) row[f] = static_cast<int32_t>(fields[f]);
   }
   Ints tile_splits(tiles * heads, 1);
