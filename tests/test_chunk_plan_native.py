@@ -45,6 +45,9 @@ def _assert_same(native, numpy):
          max_pieces=2)
 @example(batch=[(1, 900)] * 10, heads=40, block_q=1, block_n=64, programs=396, split_cost=1.0, base=0.0,
          max_pieces=16)
+# A flat grid of two shares ties the best plan: the unsplit grid wins ties, and only it.
+@example(batch=[(1, 64), (65, 192)], heads=8, block_q=64, block_n=64, programs=33, split_cost=1.0, base=0.0,
+         max_pieces=2)
 def test_the_compiled_planner_makes_the_numpy_plan(batch, heads, block_q, block_n, programs,
                                                    split_cost, base, max_pieces):
     query_lens = [q for q, _ in batch]
