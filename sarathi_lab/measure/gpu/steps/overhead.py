@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 import torch
+from sarathi_kernels.chunk_plan import plan_cache_counts
 
 from sarathi_lab import LLM
 from sarathi_lab.engine.metrics import STALL, stalled
@@ -23,9 +24,14 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
               device=ctx.device, dtype=dtype, max_model_len=prompt_len + new, seed=0)
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, llm.model_config.vocab_size, (n, prompt_len), generator=gen).tolist()
+    before = plan_cache_counts()
     table = serve(llm, prompts, new)
     table.to_csv(ctx.dir / "iterations.csv", index=False)
-    metrics = []
+    # Balanced attention work planned on the host (on the critical path or ahead, under a forward):
+    # lookups and the plans made, to read the iterations' host time beside.
+    after = plan_cache_counts()
+    metrics = [Metric("attention_plan_lookups", sum(after.values()) - sum(before.values())),
+               Metric("attention_plans_made", after["misses"] - before["misses"])]
     for kind, label in (("decode", f"decode-only at batch {n}"), ("hybrid", "hybrid")):
         rows = table[(table.kind == kind) & ((table.num_decode_requests == n) if kind == "decode"
                                              else True)]
