@@ -3,11 +3,9 @@ results contract alone, as vidur exports its simulated timeline:
 
     python -m sarathi_lab.analysis.timeline RUN_DIR [--out FILE] [--start-s S --duration-s D]
 
-Open it in https://ui.perfetto.dev or chrome://tracing. Process ``engine``: the iterations track
-(events named prefill / decode / hybrid, args their tokens, requests and times) and counters of
-tokens and KV blocks; process ``requests``: a track per request (lifecycle.py). Microseconds on the
-run's clock; ``otherData`` says which clock, the source and what an older run did not record.
-``.gz`` is gzipped. Also written by ``export.timeline=true``."""
+Open it in https://ui.perfetto.dev or chrome://tracing: process ``engine`` holds the iterations and
+counters of tokens and KV blocks, process ``requests`` a track per request. Microseconds on the
+run's clock (``otherData`` says which). Also written by ``export.timeline=true``."""
 from __future__ import annotations
 
 import gzip
@@ -40,9 +38,9 @@ from sarathi_lab.harness.results import (
 )
 
 log = logging.getLogger(__name__)
-TRACE = "timeline.json"     # where a run's trace goes, in its directory
+TRACE = "timeline.json"
 ENGINE_PID, REQUESTS_PID = 1, 2
-US = 1e6                    # the format's microseconds per second
+US = 1e6
 
 
 def _us(t0: float, t1: float) -> tuple[float, float]:
@@ -54,9 +52,9 @@ def _us(t0: float, t1: float) -> tuple[float, float]:
 @dataclass(frozen=True)
 class RunTables:
     run_dir: Path
-    iterations: pd.DataFrame    # sorted by iteration
+    iterations: pd.DataFrame
     requests: pd.DataFrame
-    record: dict[str, Any]      # metrics.json
+    record: dict[str, Any]
     partial: bool
 
     @property
@@ -92,8 +90,8 @@ REQUIRED_COLUMNS = {
 
 
 def load_run(run_dir: str | Path) -> RunTables:
-    """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun where none.
-    """
+    """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun where
+    none."""
     run_dir = Path(run_dir)
     partial = not (run_dir / METRICS).is_file() and (run_dir / "metrics.partial.json").is_file()
     suffix = ".partial" if partial else ""
@@ -168,8 +166,8 @@ def _names(run: RunTables) -> list[dict]:
 
 
 def iteration_lanes(starts, ends) -> list[int]:
-    """A track per iteration, none overlapping on a track: one track unless a pipeline's
-    micro-batches overlap."""
+    """A track per iteration, none overlapping: one track unless a pipeline's micro-batches
+    overlap."""
     lane_ends: list[float] = []
     lanes = []
     for t0, t1 in zip(starts, ends):
@@ -210,8 +208,7 @@ def _members(its: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _counters(run: RunTables, lo: float, hi: float) -> list[dict]:
-    """Counter samples at each iteration's start, back to zero at its end unless one follows at
-    once."""
+    """Counter samples at each iteration's start, back to zero at its end unless one follows."""
     its = run.iterations
     if not len(its):
         return []

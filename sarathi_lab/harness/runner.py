@@ -52,9 +52,9 @@ class RunContext:
     group: str | None
     # Written to .hydra/ once the run is accepted.
     hydra_record: dict[str, Any] | None = None
-    status_dir: Path | None = None  # output_dir, or beside it where a finished run is there
+    status_dir: Path | None = None
     lock: int | None = None
-    sweep_job: bool = False         # keeps its config's finished run under on_existing=refuse too
+    sweep_job: bool = False
 
     def release(self) -> None:
         if self.lock is not None:
@@ -79,7 +79,7 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
     llm = _build_llm(cfg, checked)
     recorder = RunRecorder(
         cfg, llm, resolved_config, ctx.overrides, inputs,
-        # What the plan settled that the config does not say: an auto budget, the KV cache's size.
+        # What the plan settled that the config does not say (an auto budget, the KV cache's size).
         plan_record=checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens},
         group=ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name),
         run_dir=ctx.status_dir)
@@ -93,7 +93,7 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = recorder.save(ctx.status_dir, summary, tables, partial=False)
     if not isinstance(llm, LLM):
-        # vLLM's engine, once the run's load was judged: its shutdown's threads stay out of it.
+        # vLLM's engine, after the run's load was judged: its shutdown's threads stay out of it.
         llm.close()
     if finished:
         _swap_in(ctx)
@@ -240,7 +240,7 @@ def _move_log_file(src: Path, dst: Path) -> None:
 def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path,
                        sweep_job: bool = False, inputs: dict[str, Any] | None = None) -> bool:
     """True: keep (skip), False: overwrite. A sweep's job keeps its own config's run under
-    ``refuse`` too (rerunning a sweep resumes it), only where config and ``inputs`` match."""
+    ``refuse`` too (a rerun sweep resumes), where config and ``inputs`` match."""
     if cfg.on_existing == "refuse" and not sweep_job:
         raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; "
                           "on_existing=skip keeps it, on_existing=overwrite replaces it")

@@ -1,7 +1,6 @@
-"""CUDA graphs of decode and mixed forwards (mixed ones whole, or cut into nano-batches:
-nano_graphs.py), replayed with each batch copied into persistent buffers (as vLLM v1). Only a
-backend reading every per-batch value from device tensors replays: the launches read the host
-plan's split counts from device integers, so a replay splits the same."""
+"""CUDA graphs of decode and mixed forwards (mixed ones whole, or cut: nano_graphs.py), replayed
+with each batch copied into persistent buffers (as vLLM v1). Only a backend reading every per-batch
+value from device tensors replays, so a replay splits as the host plan did."""
 from __future__ import annotations
 
 import time
@@ -20,8 +19,8 @@ Capture = Callable[[Callable[[], torch.Tensor], object],
 # Eager forwards before a capture (as PyTorch asks): kernels compiled, workspaces taken outside it.
 WARMUP_FORWARDS = 2
 
-# Mixed buckets: powers of two up to the GEMM tile, then every tile multiple. GEMMs run in whole
-# row tiles, so a bucket between tile multiples saves them nothing and costs a capture.
+# Mixed buckets: powers of two up to the GEMM tile, then every tile multiple (GEMMs run whole row
+# tiles: a bucket between multiples saves nothing and costs a capture).
 SMALLEST_BUCKET = 16
 # Past this, an iteration's GPU work outlasts the host's launches: a graph would save nothing.
 MAX_GRAPH_TOKENS = 1024
@@ -215,8 +214,7 @@ class CudaGraphs:
         self.input_ids[:t].copy_(prepared.input_ids, non_blocking=True)
         self.positions[:t].copy_(prepared.positions, non_blocking=True)
         self.slots[:t].copy_(prepared.meta.slot_mapping, non_blocking=True)
-        # Padded tokens write no key (slot -1); their stale ids and positions are valid and never
-        # sampled.
+        # Padded tokens write no key (slot -1); their stale ids and positions are never sampled.
         if t < graph.tokens:
             self.slots[t : graph.tokens].fill_(-1)
         if not graph.decode:

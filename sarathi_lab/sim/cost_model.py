@@ -90,8 +90,8 @@ class CostModel(abc.ABC):
                    cost_model: str = "roofline", dtype: str = "bfloat16",
                    profile: str | Path | None = None, tp: int = 1, pp: int = 1) -> CostModel:
         """``profile``: the CSV for cost_model="profile" (default
-        ``profiles/<device>/<model>.csv``). ``tp``: GPUs serving as one by tensor parallelism,
-        ``pp``: pipeline stages (parallel.py). A refusal names the engine's settings."""
+        ``profiles/<device>/<model>.csv``); ``tp``/``pp``: tensor-parallel GPUs, pipeline stages. A
+        refusal names the engine's settings."""
         config, k = model, SETTING
         if isinstance(model, str):
             # A model whose GPU kernels were measured but which is no preset.
@@ -147,7 +147,7 @@ class Choice:
 _REGISTRY: dict[str, type[CostModel]] = {}
 TENSOR_PARALLEL = "tensor_parallel"
 PIPELINE = "pipeline"
-# The engine's own table (task=profile) before other engines' kernels, which the roofline completes.
+# The engine's own table (task=profile) before other engines' kernels.
 PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",),
               "profile": ("profile_table", "gpu_kernels")}
 

@@ -52,8 +52,7 @@ class Device:
     host_per_token_s: float
     kv_reread: bool = True
     sources: tuple[str, ...] = field(default=())
-    # Fitted efficiencies (calibration.py), read by sim_cost_model=calibrated in place of the shares
-    # above.
+    # Fitted efficiencies (calibration.py), read by sim_cost_model=calibrated instead of the shares.
     calibration: Calibration | None = None
 
     def __post_init__(self):
@@ -82,8 +81,7 @@ class Device:
     def prepare_s(self, tokens: int) -> float:
         return self.host_overhead_s + self.host_per_token_s * tokens
 
-# libyaml where PyYAML has it: a run loads device files several times and the pure-Python parser is
-# slow.
+# libyaml where PyYAML has it: a run loads device files several times.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -37,8 +37,8 @@ def is_done(out: Path, name: str) -> bool:
 
 
 def read_result(out: Path, name: str) -> StepResult | None:
-    """The step's result.json; None where missing or (with a warning) not what the suite writes: the
-    step is due again."""
+    """The step's result.json; None where missing or (warned) not what the suite writes: due
+    again."""
     path = step_dir(out, name) / "result.json"
     if not path.exists():
         return None
@@ -85,8 +85,8 @@ def write_result(out: Path, result: StepResult) -> None:
 
 
 def restore(out: Path, archive: Path) -> int:
-    """Files of an archive that ``out`` lacks, never overwriting; returns how many. Refuses an
-    archive the suite could not have written before writing anything."""
+    """Files of an archive that ``out`` lacks, never overwriting; returns how many. An archive the
+    suite could not have written is refused before anything is written."""
     label = f"--restore={archive}"
     with archive_members.open_archive(archive, label) as (tar, members):
         planned = [(member, archive_members.inside(out, name,
@@ -141,7 +141,7 @@ def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
 
 def archive(out: Path, dest: Path) -> list[str]:
     """The out directory as one tar.gz; past 16 MiB (a common limit on returned files) the largest
-    files are left out, never RESUME_FILES. Returns notes."""
+    files are left out, never RESUME_FILES."""
     # Built in ``out``, not in $OUT: a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
     # Regular files only: restore refuses an archive with a link.
@@ -193,7 +193,7 @@ def export(out: Path, dest: Path | None) -> list[str]:
                                     else 99, p.name))
     room = MAX_OUT_FILES - 1 - len(files)
     chosen = files + figures[:room]
-    # An earlier export may have chosen other figures: left there, they would pass the 8 files.
+    # An earlier export's other figures, left there, would pass the 8 files.
     for stale in set(dest.glob("*.png")) - {dest / p.name for p in chosen}:
         stale.unlink()
     for path in chosen:

@@ -1,8 +1,7 @@
-"""The engine's attention kernel timed beside peers on the same values, and beside its floor: SDPA
+"""The engine's attention kernel timed beside peers on the same values and beside its floor: SDPA
 (flash, cuDNN where present) and FlexAttention over contiguous keys and values. Each contender is
-first held to ``attention/reference.py`` in float32; one that disagrees or fails at a shape is not
-timed there. Calls run interleaved, each after an L2 flush, so the clock's and cache's drifts fall
-on every contender alike."""
+first held to ``attention/reference.py`` in float32 (one that disagrees or fails is not timed
+there); calls interleave, each after an L2 flush, so drifts fall on every contender alike."""
 from __future__ import annotations
 
 import statistics
@@ -32,11 +31,11 @@ TOLERANCE = COMPILED_TOLERANCE
 @dataclass
 class Inputs:
     query: torch.Tensor  # [tokens, heads, head_dim]: the engine's layout
-    k_cache: torch.Tensor        # [blocks, block_size, kv_heads, head_dim]
+    k_cache: torch.Tensor
     v_cache: torch.Tensor
     meta: AttentionMetadata
     q: torch.Tensor  # [batch, heads, query_len, head_dim]: the peers' layout
-    k: torch.Tensor              # [batch, kv_heads, context, head_dim]
+    k: torch.Tensor
     v: torch.Tensor
     scale: float
 
@@ -140,7 +139,7 @@ def rel_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
 def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
             warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
             seed: int = 0) -> dict:
-    """Each contender's median ms (None where it failed or disagreed, its error in
+    """Each contender's median ms (None where it failed or disagreed; its error in
     ``<name>_error``)."""
     x = make_inputs(case, dtype, device, block_size, seed)
     flash = device.type == "cuda"
@@ -148,7 +147,7 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
                 SDPA: lambda: sdpa_call(case, x, SDPBackend.FLASH_ATTENTION if flash else None)}
     if cudnn_available(device):
         builders[CUDNN] = lambda: sdpa_call(case, x, SDPBackend.CUDNN_ATTENTION)
-    if flex is not None:  # a failure at one shape is that shape's
+    if flex is not None:
         builders[FLEX] = lambda: flex.call(case, x)
     peers = [p for p in case.peers if p in builders]
     row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads,
@@ -197,7 +196,7 @@ def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, dev
             row[f"{name}_error"] = f"{type(e).__name__}: {first}"[:300]
             continue
         row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
-        if not diff <= tolerance:  # NaN too
+        if not diff <= tolerance:
             row[f"{name}_error"] = (f"differs from the reference by {diff:.2e} "
                                     f"(tolerance {tolerance:.0e})")
             continue
