@@ -43,7 +43,7 @@ class Metric:
     value: float | str | None
     unit: str = ""
     target: str = ""
-    holds: bool | None = None   # against the target; None where the metric has none
+    holds: bool | None = None
 
 
 @dataclass
@@ -57,13 +57,13 @@ class StepResult:
     error: str = ""
     commit: str = ""  # the code it ran (fixes land between calls)
     device: str = ""  # cuda, or cpu in a dry run
-    code: str = ""  # engine_code.step_hash of what it ran
+    code: str = ""
 
 
 @dataclass(frozen=True)
 class Summary:
     suite: dict[str, Any]  # the call's settings (dry_run, commit, budget_min, started, own, ...)
-    steps: list[StepResult]     # one per step
+    steps: list[StepResult]
 
 
 def shown(value: Any, limit: int = 80) -> str:
@@ -78,8 +78,8 @@ def invalid(where: str, key: str, value: Any, allowed: str) -> RecordError:
 
 def _get(data: dict, key: str, where: str, prefix: str, check, allowed: str,
          default: Any = ...) -> Any:
-    """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without one).
-    """
+    """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without
+    one)."""
     if key not in data:
         if default is ...:
             raise RecordError(f"{where} is invalid: {prefix}{key} is missing: must be {allowed}")
@@ -306,8 +306,8 @@ def kept_leases(gpu_docs: Path) -> list[Kept]:
     return found
 
 
-# Markdown's and HTML's active characters shown as themselves: no tag, comment, link, emphasis or
-# column break from a file's text.
+# Markdown's and HTML's active characters shown as themselves: no tag, link, emphasis or column
+# break from a file's text.
 _PLAIN = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
                         **{c: "\\" + c for c in "\\`*_~[]|"}})
 _AUTOLINK = re.compile(r"(?i)(://|www\.)")

@@ -1,8 +1,7 @@
 """An iteration's library floor: the best kernel a lease timed for each part at its shape, one after
-another (cuBLAS's projections, the faster peer's chunk attention, the engine's decode attention,
-elementwise bytes at the memory ceiling). Set beside the physical floor, it says which targets no
-engine built from these kernels can reach. Between measured shapes, straight lines; outside them a
-part is missing, never extrapolated."""
+another. Beside the physical floor it says which targets no engine built from these kernels can
+reach. Between measured shapes straight lines; outside them a part is missing, never
+extrapolated."""
 from __future__ import annotations
 
 import csv

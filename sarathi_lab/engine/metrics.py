@@ -51,7 +51,7 @@ def iteration_kinds(num_prefill_tokens, num_decode_tokens) -> np.ndarray:
 
 
 # This many times its kind's median is a stall (a kernel compiled, the host descheduled), not its
-# work's cost: a run's iterations of one kind differ by a few times at most.
+# work's cost.
 STALL = 5.0
 
 
@@ -229,7 +229,7 @@ class Metrics:
         rows = []
         for r in self.requests:
             row = {REQUEST_COLUMNS.get(k, k): getattr(r, k) for k in _REQUEST_FIELDS}
-            row["token_times_s"] = list(r.token_times)  # a copy: the record's may grow
+            row["token_times_s"] = list(r.token_times)
             done = r.finish is not None
             row |= {"sched_delay_s": r.sched_delay if r.first_scheduled is not None else None,
                     "ttft_s": r.ttft if r.first_token is not None else None,

@@ -38,7 +38,7 @@ class VllmArgs:
     """EngineArgs' names, each from one of the run's settings."""
     model: str                     # the directory the run's weights were saved to
     dtype: str
-    max_num_seqs: int              # batch_size
+    max_num_seqs: int
 
     max_num_batched_tokens: int    # chunk / token_budget (sarathi_serve), the prefill cap (vllm)
     enable_chunked_prefill: bool   # scheduler=sarathi_serve: on; scheduler=vllm: off
@@ -48,7 +48,7 @@ class VllmArgs:
     seed: int
     enforce_eager: bool            # not engine.cuda_graphs
     enable_prefix_caching: bool = False  # ours has none: a shared prefix would be free on vLLM only
-    skip_tokenizer_init: bool = True     # random weights, token ids in and out
+    skip_tokenizer_init: bool = True
 
 
 def check_vllm(plan: EnginePlan) -> None:

@@ -120,7 +120,7 @@ class VllmLLM:
         _environment(self.config.num_threads, kv_bytes)
         self.core = VllmEngine.from_engine_args(EngineArgs(**dataclasses.asdict(self.args)))
         self.engine = CallClock()
-        self._scheduled: list = []  # the scheduler outputs of the step under way
+        self._scheduled: list = []
         self._hook_scheduler()
         self._next_id = 0
         self._call = _Call([], 0)
@@ -128,8 +128,8 @@ class VllmLLM:
         self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
 
     def close(self) -> None:
-        """A sweep's next job runs in this process, and must not share it with an idle engine's
-        memory. Once; again does nothing."""
+        """A sweep's next job runs in this process and must not share it with an idle engine's
+        memory. Idempotent."""
         self._shutdown()
 
     @property
@@ -236,8 +236,8 @@ def _shutdown(core, weights: tempfile.TemporaryDirectory) -> None:
 
 def _iteration(index: int, start: float, duration: float, scheduled, prompt_len: dict[str, int],
                records: dict[str, RequestRecord]) -> IterationRecord | None:
-    """A request whose computed tokens fall short of its prompt ran a prefill chunk, any other a
-    decode; None for an empty schedule."""
+    """A request whose computed tokens fall short of its prompt ran a prefill chunk, else a decode;
+    None for an empty schedule."""
     counts: dict[str, int] = dict(scheduled.num_scheduled_tokens)
     if not counts:
         return None

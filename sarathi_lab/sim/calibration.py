@@ -1,6 +1,5 @@
-"""The roofline's efficiencies fitted to measured GPU kernels;
-``python -m sarathi_lab.measure.sim_check.calibration_cli`` writes them into the device files
-(docs/sim/README.md, section 8)."""
+"""The roofline's efficiencies fitted to measured GPU kernels; ``calibration_cli`` writes them into
+the device files (docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 import dataclasses
@@ -118,7 +117,7 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float) -> tuple[list[int], list[fl
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
         kn = measured_shape(model).gemms
         rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
-    import pandas as pd  # a simulated run fits nothing
+    import pandas as pd
     rows = pd.concat(rows)
     tokens = sorted(set.intersection(*(set(g.tokens) for _, g in rows.groupby("model"))))
     fits = []
@@ -189,16 +188,15 @@ def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, ele
 
 
 def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = None) -> Calibration:
-    """Without attention measured, ``attention_from`` (another device's calibration, peak FLOP/s)
-    lends it: shares of peak scaled by the GEMM efficiencies at their largest batch, the per-query
-    cost by their GEMM rates."""
+    """Without attention measured, ``attention_from`` (another device's calibration) lends it,
+    scaled by the two devices' GEMM efficiencies and rates."""
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
     import pandas as pd
     table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names],
                       ignore_index=True)
-    elem_bytes = 2  # 16-bit weights and activations
+    elem_bytes = 2
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
     kw = {}
     for model in names:

@@ -22,11 +22,10 @@ SIM_TOLERANCE = 0.15
 
 def ratios(summary: pd.DataFrame) -> pd.DataFrame:
     """Per seed and baseline: its median bubble per request over SARATHI's, measured and simulated,
-    and the simulated ratio's gap to the measured one (relative)."""
+    and the simulated ratio's relative gap to the measured one."""
     rows = []
     for seed, runs in summary.groupby("seed" if "seed" in summary else np.zeros(len(summary))):
-        # Numbers, NaN where a run has none (a run without a profile to predict it has no sim_*
-        # values).
+        # NaN where a run has none (a run without a profile to predict it has no sim_* values).
         columns = ["bubble_p50_s", "sim_bubble_p50_s", "makespan_s", "sim_makespan_s"]
         by = (runs.set_index("scheduler").reindex(columns=columns)
               .apply(pd.to_numeric, errors="coerce"))
@@ -100,7 +99,7 @@ def _cdf(ax, values: np.ndarray, **style) -> None:
 
 
 def figure(results, simulated=None):
-    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
+    from sarathi_lab.analysis import figures
 
     # Each request's measured and simulated bubble and finish; its run's swept keys are its columns.
     requests, summary = results.table(NAME, "request_bubbles"), results.summary(NAME)
@@ -124,7 +123,7 @@ def figure(results, simulated=None):
     done.set(xlabel="time since the first arrival (s)", ylabel="requests completed",
              title="(b) time to complete N")
     table = ratios(summary) if len(summary) else pd.DataFrame()
-    # Short lines: the box sits in the panel's empty lower right, clear of the curves and the axis.
+    # Short lines: the box sits in the panel's empty lower right.
     lines = ["paper (GPT-3, 64 A100s, simulated):",
              f"  baseline / SARATHI {PAPER['median_bubble_ratio']}x"]
     for base, rows in (table.groupby("baseline") if len(table) else []):
@@ -176,8 +175,7 @@ def _ratio_bars(ax, table: pd.DataFrame) -> None:
     ax.axhline(1, color="black", lw=1)
     ax.set_xticks(range(len(bases)), [LABELS[b].split(" (")[0] for b in bases])
     ax.set(ylabel="median bubble over SARATHI's (x)", title="(c) median-bubble ratio")
-    # Room above the tallest bar or whisker (the paper's included) for the legend, which hid its
-    # top.
+    # Room above the tallest bar or whisker for the legend.
     top = max([PAPER["median_bubble_ratio"], *(table[c].max() for c, _, _ in kinds if len(table))])
     ax.set_ylim(0, 1.4 * top)
     ax.legend(fontsize=8, loc="upper left", ncol=3)

@@ -136,7 +136,7 @@ def check_pointwise(dtype) -> dict[str, bool]:
 
 def check_fused(dtype, qk, positions, cos, sin, q, k) -> dict[str, bool]:
     """RoPE + KV write exactly as the two kernels' torch references; split-K GEMM and its SiLU * up
-    epilogue within the attention's tolerance, at widths the interpreter also runs in seconds."""
+    epilogue within the attention's tolerance."""
     tokens = qk.shape[0]
     qkv = torch.cat([qk.flatten(1), torch.randn(tokens, 40 * 128, device=DEV).to(dtype)], 1)
     slots = torch.randperm(64 * 16, device=DEV)[:tokens]
@@ -244,7 +244,7 @@ def run_timings(record: KernelCheck, dtype) -> None:
     v_cache = torch.empty_like(k_cache)
     ms = do_bench(lambda: write_kv_cache(key, key, k_cache, v_cache, meta.slot_mapping),
                   return_mode="median")
-    gbps = 4 * key.numel() * key.element_size() / ms / 1e6  # K and V, each read and written
+    gbps = 4 * key.numel() * key.element_size() / ms / 1e6
     record.timings.append(Timing("kv write 4096 tokens", ms, None, gbps))
     print(f"  {'kv write 4096 tokens':34} triton {ms:8.3f} ms  {gbps:.0f} GB/s = "
           f"{gbps / copy_gbps:4.0%} of copy")

@@ -43,7 +43,7 @@ VIDUR = "the vidur project's measured"
 
 def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     """Left: predicted / measured per iteration and cost model; right: hold-out error per model."""
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend
+    from matplotlib.figure import Figure
 
     devices = sorted(iterations.device.unique())
     fig = Figure(figsize=(13, 3.6 * len(devices)))
@@ -243,7 +243,7 @@ def _engine_label(name: str, device: str) -> str:
 
 def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     """Per (device, model): prefill and decode forwards measured and predicted; each op's ratio."""
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend
+    from matplotlib.figure import Figure
 
     from sarathi_lab.measure.sim_check.engine_fidelity import models_in
 
@@ -290,7 +290,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
     fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its "
                  f"launches count), "
                  "against the cost models that exist there", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     fig.savefig(path, dpi=90)
     return fig
 
