@@ -79,8 +79,7 @@ def named_as(keys: Naming):
 
 @contextlib.contextmanager
 def marked_as(fields: dict[str, str]):
-    """Each setting of a ConfigError raised inside marked as the field it maps to (sim_tp for the
-    split's tensor_parallel), still for the edge to name."""
+    """Each setting of a ConfigError raised inside marked as its field, for the edge to name."""
 
     try:
         yield

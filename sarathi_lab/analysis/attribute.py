@@ -79,8 +79,7 @@ def _value(lease: Lease, metric: str) -> float | None:
 
 
 def kinds(lease: Lease) -> list[tuple[str, int, int, int, str]]:
-    """(key, chunk, decodes, context, variant) of every iteration the launch step timed, in
-    order."""
+    """(key, chunk, decodes, context, variant) of each iteration the launch step timed, in order."""
     base = SHAPES["cuda"][2]
     found = []
     for metric in lease.launch:
@@ -123,8 +122,7 @@ def _sum(*parts: float | None) -> float | None:
 
 def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, context: int,
               variant: str) -> dict:
-    """One launch iteration's row: its floors, library floor and the parts of its time over the
-    floor. """
+    """One launch iteration's row: its floors, library floor and its time's parts over the floor."""
     queries = [chunk] * (chunk > 0) + [1] * decodes
     args = (t.shape, queries, [context] * len(queries), len(queries), t.elem, t.gbps,
             float(lease.env["matmul_tflops"]) * 1e3)

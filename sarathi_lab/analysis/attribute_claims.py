@@ -67,8 +67,7 @@ def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
 
 
 def decode_speedup(row: dict, lease, t) -> dict:
-    """The paper's gain at this device's floors beside ours: a shortfall the floors allow is the
-    engine's."""
+    """The paper's gain at this device's floors beside ours: a shortfall they allow is ours."""
     sweep, paper = SWEEP.search(row.get("ours", "")), RANGE.search(row.get("paper", ""))
     ours, chunk = RANGE.search(row.get("ours", "")), re.search(r"chunk (\d+)", row.get("paper", ""))
     if not (sweep and ours and chunk):

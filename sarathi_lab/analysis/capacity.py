@@ -1,5 +1,4 @@
-"""Sarathi-Serve's capacity results: the searches' table, capacity bars, the TTFT-vs-TBT trade-off
-and their claims rows."""
+"""Sarathi-Serve's capacity results: searches' table, capacity bars, TTFT-vs-TBT, claims rows."""
 from __future__ import annotations
 
 import json
@@ -135,8 +134,7 @@ def scale_label(rows: pd.DataFrame) -> str:
 
 
 def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, source: str):
-    """Two panels: simulated capacities (``source``) and CPU-measured ones, or a note that they are
-    not measured yet."""
+    """Two panels: simulated capacities (``source``) and CPU-measured ones (or a note)."""
     fig, (sim_ax, cpu_ax) = plt.subplots(1, 2, figsize=(14, 4.8), layout="constrained")
     plot_capacity(simulated, sim_ax, f"{source}: scale {simulated.scale.iloc[0]}")
     measured, left_out = reliable(measured)

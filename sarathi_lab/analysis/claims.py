@@ -40,8 +40,7 @@ def unless_missing(values: pd.Series, flag) -> bool | None:
 
 
 def saturated_by(sat: dict, tokens: int) -> bool | None:
-    """None (unresolved) when reached at the fewest tokens measured and those are past
-    ``tokens``."""
+    """None (unresolved) when reached at the fewest tokens measured, those past ``tokens``."""
     if sat["tokens"] <= tokens:
         return True
     return None if sat["tokens"] == sat["fewest_measured"] else False
@@ -69,8 +68,7 @@ def with_range(values: pd.Series) -> str:
 
 def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str,
               value: float | None = None) -> dict:
-    """``value``: the row's headline number, its range over repeats the spread (None: each repeat's
-    verdict instead)."""
+    """``value``: the row's headline number, its range the spread (None: each repeat's verdict)."""
     return {"experiment": experiment, "claim": claim, "paper": paper_text, "ours": ours,
             "holds": holds, "value": value}
 

@@ -1,5 +1,4 @@
-"""The quantities the paper plots, from ``load_runs`` frames: pure pandas, testable on hand-made
-frames."""
+"""The quantities the paper plots, from ``load_runs`` frames: pure pandas, testable by hand."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +17,7 @@ RECORDED_ALIGN = "chunk_align"
 
 
 def chunk_align(summary: pd.DataFrame) -> pd.Series:
-    """"tile" where the run ran tile-aligned chunks, else "none"; older runs: as the sweep set
-    it."""
+    """"tile" where the run ran tile-aligned chunks, else "none"; older runs: as swept."""
     index = summary.index
     set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=index)
     recorded = (summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary
@@ -43,14 +41,12 @@ def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataF
 
 
 def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:
-    """From this many tokens a linear layer is compute-bound: each weight read does 2 flops a
-    token."""
+    """From this many tokens a linear layer is compute-bound: a weight read does 2 flops a token."""
     return gflops / gbps * bytes_per_param / 2
 
 
 def balance_table(name: str, gflops: float, gbps: float, bytes_per_param: float) -> pd.DataFrame:
-    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, compute-bound
-    tokens."""
+    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, ridge tokens."""
     machines = [("RTX A6000, fp16 (datasheet)", paper.A6000_GFLOPS, paper.A6000_GBPS, 2),
                 (name, gflops, gbps, bytes_per_param)]
     return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b,
@@ -67,8 +63,7 @@ def decode_over_prefill(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def saturation(rate: pd.Series, within: float = 0.9) -> dict[str, float]:
-    """The fewest tokens from which ``rate`` reaches ``within`` of its best, that best, and the
-    fewest measured."""
+    """Fewest tokens from which ``rate`` is ``within`` of its best; that best; fewest measured."""
     rate = rate.sort_index()
     best = rate.max()
     return {"tokens": int(rate[rate >= within * best].index[0]), "tokens_per_ms": float(best),
@@ -82,8 +77,7 @@ def prefill_saturation(ops: pd.DataFrame, within: float = 0.9) -> dict[str, floa
 
 
 def largest_step(times: pd.Series) -> tuple[int, float]:
-    """Where the time per added token jumps most: n and the relative increase over the mean
-    slope."""
+    """Where the time per added token jumps most: n and the increase over the mean slope."""
     t = times.sort_index()
     slope = (t.iloc[-1] - t.iloc[0]) / (t.index[-1] - t.index[0])
     expected = t.shift(1) + slope * np.diff(t.index, prepend=np.nan)
@@ -98,8 +92,7 @@ def iteration_ms(results) -> pd.Series:
 
 
 def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
-    """The points whose riding decodes cost more than the repeats' noise; within noise only
-    ``gain_bound`` is a number."""
+    """Points whose riding decodes cost more than the repeats' noise (else ``gain_bound``)."""
     return gains[gains.resolved]
 
 
@@ -166,8 +159,7 @@ def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
 
 
 def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per run: the share of prompt-computing iterations that carry decodes, and their mean
-    decodes."""
+    """Per run: the share of prompt-computing iterations with decodes, and their mean decodes."""
     pre = iterations[iterations.num_prefill_tokens > 0]
     grouped = pre.groupby("run_dir")
     decodes = grouped.num_decode_tokens

@@ -39,8 +39,7 @@ JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 
 
 def _seeds(record: dict, summary: Summary, experiment: str, left_out: str = "") -> str:
-    """The sweep's seeds: lease.json's ``sweeps``, else its step's command; with the jobs it stands
-    on where unfinished."""
+    """The sweep's seeds: lease.json's ``sweeps``, else its command; jobs where unfinished."""
     sweep = ((record.get("sweeps") or {}).get(experiment)
              if isinstance(record.get("sweeps"), dict) else None)
     jobs = JOBS.search(left_out or "")
@@ -149,8 +148,7 @@ def section(gpu_docs: Path) -> str:
 
 
 def write(results_md: Path, gpu_docs: Path) -> Path:
-    """Rewrites ``results_md`` between MARKERS (placed by hand once); ValueError where it has
-    none."""
+    """Rewrites ``results_md`` between MARKERS (placed by hand once); ValueError without them."""
     text = results_md.read_text()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:

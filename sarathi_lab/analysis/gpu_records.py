@@ -1,5 +1,4 @@
-"""The GPU suite's files, one schema for every reader; a failure is a one-line RecordError, and keys
-a newer suite writes are kept."""
+"""The GPU suite's files, one schema for every reader; a failure is a one-line RecordError."""
 from __future__ import annotations
 
 import csv
@@ -78,8 +77,7 @@ def invalid(where: str, key: str, value: Any, allowed: str) -> RecordError:
 
 def _get(data: dict, key: str, where: str, prefix: str, check, allowed: str,
          default: Any = ...) -> Any:
-    """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without
-    one)."""
+    """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without)."""
     if key not in data:
         if default is ...:
             raise RecordError(f"{where} is invalid: {prefix}{key} is missing: must be {allowed}")

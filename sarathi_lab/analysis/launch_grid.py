@@ -5,7 +5,7 @@ from __future__ import annotations
 from sarathi_lab.engine.tiles import aligned_chunk
 
 # (chunk tokens, decodes): 18 requests is the paper's batch; the tile-aligned scheduler's chunks
-# beside 17 decodes where they differ; each chunk its prompt's last, so that it samples.
+# beside 17 decodes where they differ; each chunk its prompt's last, so it samples.
 CHUNKS = (64, 128, 256, 512)
 DECODES = 17
 

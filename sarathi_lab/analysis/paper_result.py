@@ -7,8 +7,7 @@ from typing import Any
 
 
 def gpu_minutes(startup_s: float, job_s: float, jobs: int, slower: float = 1.0) -> float:
-    """Expected GPU minutes: start-up plus jobs at their measured seconds, times ``slower`` and 1.3
-    (measure/gpu/plan.py's rule)."""
+    """Expected GPU minutes: start-up plus jobs at measured seconds, times ``slower`` and 1.3."""
     return round(1.3 * slower * (startup_s + jobs * job_s) / 60, 1)
 
 
@@ -21,16 +20,14 @@ class GpuPart:
 
 @dataclass(frozen=True)
 class Unscaled:
-    """The sweep at the paper's setting (``experiment=own/<result>``) where ``gpu/<result>`` is
-    scaled down: what ``--own`` runs."""
+    """The sweep at the paper's setting (``experiment=own/<result>``) that ``--own`` runs."""
     minutes: float
     parts: tuple[GpuPart, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuRun:
-    """The result's GPU sweep, ``experiment=gpu/<result>``; ``parts`` where one call cannot hold
-    it."""
+    """The result's GPU sweep, ``experiment=gpu/<result>``; ``parts`` where one call can't."""
     minutes: float        # expected, interpreter and model builds included
     order: int  # its place in the suite (which orders the profiles by it too)
     parts: tuple[GpuPart, ...] = ()

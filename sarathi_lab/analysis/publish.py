@@ -78,8 +78,7 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
 def publish(measured: str | Path | None, simulated: list[str | Path],
             docs: str | Path = capacity_docs.DOCS,
             include_unreliable: bool = False, force: bool = False) -> list[Path]:
-    """The files written; refused before writing (ReplaceRefused) where one would replace another
-    provenance's, unless ``force``."""
+    """The files written; ReplaceRefused first where one would replace another provenance's."""
     capacity_docs.check_tables(docs)
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
     runs = (None if measured is None

@@ -131,8 +131,7 @@ class Results:
         return self.choice(name).sweep
 
     def sweep_note(self, name: str) -> str:
-        """'incomplete: 2 of 4 jobs finished; ...', or the newer incomplete sweep passed over, or
-        ''."""
+        """'incomplete: 2 of 4 jobs finished; ...', or the newer incomplete sweep passed, or ''."""
         return self.choice(name).note(self.include_incomplete)
 
     def missing(self) -> list[str]:
@@ -148,8 +147,7 @@ class Results:
         return self._tables[name, table]
 
     def _current_jobs(self, name: str, runs: pd.DataFrame, warn: bool) -> pd.DataFrame:
-        """``runs`` of the jobs the sweep's last launch ran; an earlier launch's are left out, and
-        said so. """
+        """``runs`` of the jobs the sweep's last launch ran; earlier ones' left out, and said."""
         sweep, state = self.sweep(name), self.choice(name).state
         if (not len(runs) or not state.ended
                 or not isinstance(read_json(sweep / SWEEP_SUMMARY), dict)):
@@ -300,8 +298,7 @@ class Results:
                 f"{row.get('env.dtype', 'unrecorded')} ({self.scale(name)} scale{notes})")
 
     def nothing_kept_note(self, name: str) -> str:
-        """Stands in for a figure with no kept run: how many were left out, why, how to draw
-        them."""
+        """Stands in for a figure with no kept run: how many left out, why, how to draw them."""
         flagged = len(self._unreliable_runs(name))
         if not flagged:
             unreadable = self.lacking_note(name)
@@ -323,8 +320,7 @@ class Results:
 def load_results(root: str | Path, wandb_project: str | None = None,
                  include_unreliable: bool = False,
                  include_incomplete: bool | None = None) -> Results:
-    """The runs of every experiment under ``root``, with ``wandb_project`` downloaded there
-    first."""
+    """The runs of every experiment under ``root``, ``wandb_project`` downloaded there first."""
     if wandb_project:
         folder = Path(root) / "wandb" / wandb_project.replace("/", "__")
         root = download_wandb(wandb_project, folder)

@@ -71,8 +71,7 @@ class RunTables:
         return missing(self.iterations)
 
     def describe(self) -> str:
-        """'sarathi, tiny, chunk 64, batch 4: measured CPU, wall clock' and what the run says of
-        itself."""
+        """'sarathi, tiny, chunk 64, batch 4: measured CPU, wall clock' and what the run says."""
         config, env = self.record["config"], self.record["environment"]
         notes = (["partial"] * self.partial
                  + ["timing unreliable"] * bool(env.get("timing_unreliable")))
@@ -90,8 +89,7 @@ REQUIRED_COLUMNS = {
 
 
 def load_run(run_dir: str | Path) -> RunTables:
-    """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun where
-    none."""
+    """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun if none."""
     run_dir = Path(run_dir)
     partial = not (run_dir / METRICS).is_file() and (run_dir / "metrics.partial.json").is_file()
     suffix = ".partial" if partial else ""
@@ -166,8 +164,7 @@ def _names(run: RunTables) -> list[dict]:
 
 
 def iteration_lanes(starts, ends) -> list[int]:
-    """A track per iteration, none overlapping: one track unless a pipeline's micro-batches
-    overlap."""
+    """A track per iteration, none overlapping: one unless a pipeline's micro-batches overlap."""
     lane_ends: list[float] = []
     lanes = []
     for t0, t1 in zip(starts, ends):
@@ -200,8 +197,7 @@ def _iteration_events(run: RunTables, keep) -> list[dict]:
 
 
 def _members(its: pd.DataFrame) -> list[dict[str, Any]]:
-    """Each iteration's requests as event args: prefill chunks {request id: tokens}, decodes,
-    preempted."""
+    """Each iteration's requests as event args: prefill chunks {request id: tokens}, decodes."""
     return [{"prefill_chunks": {str(r): n for r, n in zip(int_list(ids), int_list(tokens))},
              "decode_request_ids": int_list(decodes), "preempted_request_ids": int_list(preempted)}
             for ids, tokens, decodes, preempted in zip(*(its[c] for c in MEMBERSHIP))]

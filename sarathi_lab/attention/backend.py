@@ -18,8 +18,7 @@ log = logging.getLogger("sarathi_lab")
 
 
 class AttentionBackend(ABC):
-    """Backends hold no per-iteration state: what an iteration's layers share is built once by
-    ``plan``."""
+    """Backends hold no per-iteration state: what the layers share is built once by ``plan``."""
 
     # Its registry name: the attention= value that picks it.
     name: str
@@ -34,8 +33,7 @@ class AttentionBackend(ABC):
 
     def warm(self, query_lens: list[int], seq_lens: list[int], num_prefills: int, num_heads: int,
              k_cache: torch.Tensor) -> None:
-        """Plan a likely next batch of these lengths while the device runs this one; a backend that
-        keeps no plans has nothing to do."""
+        """Plan a likely next batch of these lengths while the device runs this one."""
 
     @abstractmethod
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,

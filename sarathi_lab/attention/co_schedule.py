@@ -38,8 +38,7 @@ class CoScheduleRule:
     measured: tuple[MeasuredHybrid, ...] = ()
 
     def co_schedules(self, group: int, chunk_tokens: int, decodes: int, context: int) -> bool:
-        """Whether this batch runs co-scheduled: the nearest measured shape of GQA group ``group``
-        was faster so."""
+        """Whether this batch co-schedules: the nearest measured shape of its group was faster."""
         same = [m for m in self.measured if m.group == group]
         if not same or chunk_tokens < 1 or decodes < 1:
             return False
@@ -48,8 +47,7 @@ class CoScheduleRule:
 
     @classmethod
     def from_entries(cls, entries, source: str) -> CoScheduleRule:
-        """The rule of a table's ``co_schedule`` list: a bad entry fails in one line naming
-        ``source`` and the field."""
+        """A table's ``co_schedule`` list's rule: a bad entry fails in one line naming the field."""
         return cls(tuple(MeasuredHybrid(**entry) for entry in co_schedule_entries(source, entries)))
 
 

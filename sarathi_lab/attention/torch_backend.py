@@ -137,8 +137,7 @@ class TorchAttention(AttentionBackend):
 
     def _gather(self, k_cache, v_cache, blocks: torch.Tensor, n: int, nblocks: int,
                 pad: torch.Tensor | None = None):
-        """``n`` requests' ``nblocks`` blocks each as [n, kv_heads, nblocks * bs, d] views of the
-        workspace, zero where ``pad`` is True."""
+        """``n`` requests' blocks as [n, kv_heads, keys, d] workspace views, 0 at ``pad``."""
         _, bs, kvh, d = k_cache.shape
         numel = n * nblocks * bs * kvh * d
         ws = self._workspace

@@ -19,8 +19,7 @@ def engine_tables(metrics: Metrics) -> dict[str, pa.Table]:
 
 
 def _column(values) -> pa.Array:
-    """As pandas writes a column: NaN and None as nulls, ints beside a None as floats, sequences
-    as a list column."""
+    """As pandas writes a column: NaN and None as nulls, ints beside None as floats, lists."""
     if isinstance(values, np.ndarray) and values.dtype != object:
         return _numbers(values)
     values = list(values)

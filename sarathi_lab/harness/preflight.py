@@ -1,5 +1,4 @@
-"""Every check that can refuse a run, done by arithmetic before any result is deleted and before
-any model, table or prompt is allocated."""
+"""Every check that can refuse a run, by arithmetic before anything is deleted or allocated."""
 from __future__ import annotations
 
 import logging
@@ -94,8 +93,8 @@ def _token_budget(cfg: RunConfig, workload: Workload,
              "; capped: the SLO does not bind" if budget.capped else "")
     stages = cfg.engine.sim_pp if cfg.engine.kind.simulated else cfg.engine.pipeline_parallel
     if stages > 1:
-        # The SLO bounds a micro-batch's passage, not how evenly those in flight share the work:
-        # one may take a burst of prompts while the next holds decodes, and stages wait.
+        # The SLO bounds a micro-batch's passage, not how evenly those in flight share the work: one
+        # may take a burst of prompts while the next holds decodes.
         log.warning("token_budget=auto under %d pipeline stages: the largest budget within the "
                     "SLO is not always the one that holds the most; sweep token_budget=null "
                     "chunk=... to find it (docs/parallel.md)", stages)

@@ -33,7 +33,7 @@ class RunRecorder:
     overrides: list[str]
     inputs: dict[str, Any]
     plan_record: dict[str, Any]  # what the plan settled that the config does not say
-    group: str                   # the W&B group
+    group: str
     run_dir: Path
     # The machine's load when the run began, which assess() compares the end against.
     before: Any = field(default_factory=load.snapshot)

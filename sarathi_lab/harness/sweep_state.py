@@ -117,10 +117,10 @@ def _holder(record: dict[str, Any] | None) -> str:
 
 @dataclass(frozen=True)
 class SweepState:
-    jobs: tuple[str, ...]       # as far as known
+    jobs: tuple[str, ...]
     finished: tuple[str, ...]
-    planned: int                # at least len(jobs)
-    ended: bool                 # its launcher saw it to the end and wrote its summary
+    planned: int
+    ended: bool                 # its launcher saw it to the end
 
     @property
     def complete(self) -> bool:

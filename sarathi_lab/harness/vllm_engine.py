@@ -128,8 +128,7 @@ class VllmLLM:
         self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
 
     def close(self) -> None:
-        """A sweep's next job runs in this process and must not share it with an idle engine's
-        memory. Idempotent."""
+        """A sweep's next job runs in this process: no idle engine keeps its memory. Idempotent."""
         self._shutdown()
 
     @property
@@ -236,8 +235,7 @@ def _shutdown(core, weights: tempfile.TemporaryDirectory) -> None:
 
 def _iteration(index: int, start: float, duration: float, scheduled, prompt_len: dict[str, int],
                records: dict[str, RequestRecord]) -> IterationRecord | None:
-    """A request whose computed tokens fall short of its prompt ran a prefill chunk, else a decode;
-    None for an empty schedule."""
+    """A request short of its prompt ran a prefill chunk, else a decode; None: empty schedule."""
     counts: dict[str, int] = dict(scheduled.num_scheduled_tokens)
     if not counts:
         return None

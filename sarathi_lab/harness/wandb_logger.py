@@ -40,7 +40,7 @@ class WandbRun:
     config: dict[str, Any]
     environment: dict[str, Any]         # into the config, PROVENANCE also into the summary
     summary: dict[str, Any]
-    history: pd.DataFrame | pa.Table | None  # iterations.parquet, over TIME_AXIS
+    history: pd.DataFrame | pa.Table | None
     tables: dict[str, pd.DataFrame | pa.Table]
 
 
@@ -64,7 +64,7 @@ def log_to_wandb(cfg: LoggerCfg, run: WandbRun) -> None:
 
 
 def _log(cfg: LoggerCfg, run: WandbRun) -> None:
-    import wandb  # a second of import time, paid only by runs that log
+    import wandb  # import paid only by runs that log
 
     wb = wandb.init(
         project=cfg.project, entity=cfg.entity, dir=run.run_dir, mode=resolve_mode(cfg),

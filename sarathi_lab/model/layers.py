@@ -154,7 +154,7 @@ def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
 
 @functools.cache
 def _gemm():
-    with _unless_triton_is_missing():  # where a table chose it only
+    with _unless_triton_is_missing():
         from sarathi_kernels import gemm
         return gemm
     return None

@@ -37,15 +37,13 @@ def bucket_cut(rule: OverlapRule, bucket: int) -> int | None:
 
 
 def part_sizes(graph: Graph, max_batch: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(tokens, requests) of each nano-batch of ``graph``: the first the cut's tokens (all prefill),
-    the second the rest of the bucket."""
+    """(tokens, requests) of ``graph``'s nano-batches: the cut's tokens (prefill), then the rest."""
     rest = graph.tokens - graph.cut
     return (graph.cut, min(max_batch, graph.cut)), (rest, min(max_batch, rest))
 
 
 class PartBuffers:
-    """One nano-batch's metadata as its graphs read it; positions and slots are views of the whole
-    batch's buffers."""
+    """A nano-batch's metadata as its graphs read it; positions and slots view the batch's."""
 
     def __init__(self, requests: int, max_blocks: int, split_counts: torch.Tensor):
         dev, i32 = split_counts.device, torch.int32
@@ -67,8 +65,7 @@ class PartBuffers:
         return NanoBatch(tokens, positions[tokens], meta)
 
     def load(self, meta: AttentionMetadata, requests: int) -> None:
-        """``meta``'s values (a nano-batch's); its graph's padded requests read no cache and hold no
-        query."""
+        """``meta``'s values; the graph's padded requests read no cache and hold no query."""
         n, width = meta.num_prefills + meta.num_decodes, meta.block_tables.shape[1]
         self.query_start_loc[: n + 1].copy_(meta.query_start_loc, non_blocking=True)
         self.query_start_loc[n + 1 : requests + 1].fill_(sum(meta.query_lens_host))

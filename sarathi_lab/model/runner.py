@@ -79,8 +79,7 @@ class ModelRunner:
         return prepared
 
     def warm(self, likely: NextBatch) -> None:
-        """``likely``'s attention planned ahead, unless it would run as nano-batches (planned per
-        part)."""
+        """``likely``'s attention planned ahead, unless run as nano-batches (planned per part)."""
         lens, prefills = likely.query_lens, likely.num_prefills
         if self.overlap.cut(sum(lens), sum(lens[:prefills]), len(lens) - prefills) is None:
             self.model.backend.warm(likely.query_lens, likely.seq_lens, likely.num_prefills,

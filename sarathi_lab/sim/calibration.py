@@ -159,8 +159,7 @@ ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficien
 
 
 def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float):
-    """``seconds = launch + padded_chunk * per_query + flops / (peak * eff)``, with the query tile
-    of the least median relative error."""
+    """``launch + padded_chunk * per_query + flops / (peak * eff)``; the query tile fitted best."""
     best = None
     t = rows.seconds.to_numpy(float)
     for tile in PREFILL_TILES:

@@ -79,8 +79,7 @@ class SimulatedPipelineExecutor(PipelineExecutor):
 
 def simulated_executor(cost_model: CostModel, clock: VirtualClock,
                        eos_token_id: int | None = None) -> Executor:
-    """``executor=sim``: pipelined over a PipelineCostModel's stages, else one iteration at a
-    time."""
+    """``executor=sim``: pipelined over a PipelineCostModel's stages, else one at a time."""
     if isinstance(cost_model, PipelineCostModel):
         return SimulatedPipelineExecutor(cost_model, clock, eos_token_id)
     return SimulatedExecutor(cost_model, clock, eos_token_id)

@@ -1,6 +1,6 @@
 """A workload served by the engine's own loop over the simulated pipeline's stages, and the bubble
-time of its micro-batches and requests by the one definition (engine/bubbles.py) a measured
-pipeline's timeline shares. The model of the pipeline: docs/sim/README.md, section 2."""
+time of its micro-batches and requests by the one definition (engine/bubbles.py) a measured pipeline
+shares (docs/sim/README.md, section 2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +37,8 @@ class PipelineRun:
 
 def serve_pipeline(scheduler: Scheduler, cost: StageCosts, lengths: list[tuple[int, int]],
                    arrivals: list[float] | None = None, depth: int | None = None) -> PipelineRun:
-    """Requests of (prompt, decode) tokens arriving at ``arrivals`` (default: all at 0), served by
-    ``scheduler`` with ``depth`` micro-batches in flight (default: one a stage)."""
+    """Requests of (prompt, decode) tokens arriving at ``arrivals`` (default: all at 0), ``depth``
+    micro-batches in flight (default: one a stage)."""
     arrivals = [0.0] * len(lengths) if arrivals is None else list(arrivals)
     seqs = [Sequence(i, [1] * p, d, a) for i, ((p, d), a) in enumerate(zip(lengths, arrivals))]
     clock = VirtualClock()

@@ -1,4 +1,4 @@
-"""Iteration time interpolated from a table the engine measured on the device (``task=profile``;
+"""Iteration time interpolated from a table the engine measured (``task=profile``;
 docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
@@ -46,8 +46,7 @@ def drift_spread(description: dict) -> float | None:
 
 def measured_iterations(
         table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
-    """Each bare forward as (kind, prefills, decodes, seconds): a one-request ``total`` row is a
-    prefill, any other ``batch`` decodes."""
+    """Bare forwards as (kind, prefills, decodes, seconds): one-request ``total`` rows prefill."""
     rows = []
     for row in table[table.op.isin(("total", "hybrid_total"))].itertuples():
         tokens, context, batch = int(row.tokens), int(row.context), int(row.batch)

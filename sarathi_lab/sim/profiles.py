@@ -34,8 +34,7 @@ def own_profile_path(device: str, model: str | ModelConfig) -> Path:
 
 
 def profile_path(device: str, model: str | ModelConfig) -> Path:
-    """The lease LEASE_ENV names, else the one measured here, else the newest lease's holding one
-    (``<date>_<commit>`` sorts newest last); where none is, the own path."""
+    """The lease LEASE_ENV names, else this machine's, else the newest lease's; else own path."""
     own = own_profile_path(device, model)
     if lease := os.environ.get(LEASE_ENV):
         return own.parent / lease / own.name

@@ -158,8 +158,7 @@ def figure(results, simulated=None):
 
 
 def _ratio_bars(ax, table: pd.DataFrame) -> None:
-    """Median bubble of each baseline over SARATHI's: measured, simulated (seed means, min-max
-    whiskers) and the paper's."""
+    """Each baseline's median bubble over SARATHI's: measured, simulated, the paper's."""
     width, kinds = 0.27, (("measured", "measured", "0.25"), ("simulated", "simulated", "0.6"))
     bases = [b for b in BASELINES if len(table) and (table.baseline == b).any()]
     for i, base in enumerate(bases):

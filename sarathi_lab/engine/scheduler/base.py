@@ -135,8 +135,7 @@ class Scheduler(ABC):
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
-        """The policy sees the oldest ``max_batch_size`` not ``in_flight``: micro-batches coming
-        back together must not merge."""
+        """The oldest ``max_batch_size`` not ``in_flight``: micro-batches must not merge."""
         batch = ScheduledBatch()
         everyone, cap = self.running, self.config.max_batch_size
         if not self.in_flight and len(everyone) <= cap:
@@ -157,8 +156,7 @@ class Scheduler(ABC):
         """The policy."""
 
     def likely_chunks(self, num_decodes: int, uncomputed: list[int]) -> list[int] | None:
-        """The chunk each ongoing prefill would get beside ``num_decodes`` decodes if nothing joins;
-        None: the policy does not say."""
+        """The chunk each ongoing prefill gets beside ``num_decodes`` decodes; None: not said."""
         return None if uncomputed else []
 
     def likely_next(self, batch: ScheduledBatch) -> NextBatch | None:

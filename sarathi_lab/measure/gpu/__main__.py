@@ -98,8 +98,7 @@ def print_table(out: Path, names: list[str]) -> None:
 
 def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, budget: float | None,
               watch: Progress | None) -> bool:
-    """Workers until ``todo`` is settled or the budget ends; True where one died before settling any
-    step."""
+    """Workers until ``todo`` is settled or the budget ends; True where one died settling none."""
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
             for s in todo:
@@ -136,8 +135,7 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
 
 
 def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[Step], float | None]:
-    """The next worker's steps and deadline: a capped step (queue.CAPS) runs alone, stopped at its
-    cap."""
+    """The next worker's steps and deadline: a capped step (queue.CAPS) runs alone, to its cap."""
     first = todo[0]
     if deadline is None:
         return todo, None
@@ -318,8 +316,7 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
 
 
 def writable_dir(path: Path) -> str | None:
-    """Why ``path`` cannot be a folder to write into, or None (created if missing, then a file made
-    there and removed)."""
+    """Why ``path`` cannot be a folder to write into (tried with a file), or None."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -330,8 +327,7 @@ def writable_dir(path: Path) -> str | None:
 
 
 def exit_code(out: Path, names: list[str]) -> int:
-    """0: every step done (or unavailable); 3: more the same call runs; 1: nothing more to run, and
-    a step failed."""
+    """0: all done (or unavailable); 3: the same call runs more; 1: nothing more, a step failed."""
     status = {n: (r.status if (r := state.read_result(out, n)) else "not started") for n in names}
     left = [n for n, s in status.items() if s not in ("done", "unavailable")]
     print(f"\n[gpu] {sum(s == 'done' for s in status.values())} of {len(names)} steps done" +
@@ -342,8 +338,7 @@ def exit_code(out: Path, names: list[str]) -> int:
 
 
 def _commit() -> str:
-    """Short commit: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the device's copy has no
-    .git)."""
+    """Short commit: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (a copy without .git)."""
     from sarathi_lab.code_commit import source_commit
 
     commit = source_commit()[0]

@@ -47,8 +47,7 @@ def check_name(name: str, what: str) -> str:
 
 
 def inside(root: Path, relative: str | Path, what: str) -> Path:
-    """``root / relative`` resolved (links followed), or an ArchiveRefused where it leaves
-    ``root``."""
+    """``root / relative`` resolved (links followed); ArchiveRefused where it leaves ``root``."""
     base = Path(root).resolve()
     target = (base / relative).resolve()
     if not target.is_relative_to(base):
@@ -112,8 +111,7 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
 
 
 def _open_regular(path: Path, label: str):
-    """``path`` opened without waiting (a FIFO would block a plain open), then checked to be a
-    regular file of at most MAX_ARCHIVE_BYTES."""
+    """``path`` opened without waiting (FIFOs block), checked a regular file within the limit."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:

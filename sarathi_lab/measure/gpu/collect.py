@@ -107,8 +107,7 @@ RESULT = re.compile(r"^steps/([\w.-]+)/result\.json$")
 
 
 def _check_kept(contents: dict[str, bytes], label: str) -> StepResult | None:
-    """Kept step results and claims.csv checked against their schemas; returns the overhead
-    step's."""
+    """Kept step results and claims.csv checked against their schemas; returns overhead's."""
     overhead = None
     for name, data in contents.items():
         where = f"{label}'s {name}"
@@ -148,8 +147,7 @@ def device_of(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
 
 
 def _write_all(files: dict[Path, bytes]) -> None:
-    """Every file or none: each written beside its name, then all renamed over (never through a
-    link). """
+    """Every file or none: each written beside its name, then all renamed over (never a link)."""
     made, staged = [], {}
     try:
         for path, data in files.items():

@@ -37,8 +37,7 @@ GROUP_PATHS: dict[str, tuple[str, ...]] = {
 
 
 def paths_of(name: str) -> tuple[str, ...]:
-    """Files and folders step ``name`` depends on; a group not listed depends on the engine (more
-    often due than too seldom)."""
+    """What step ``name`` depends on; an unlisted group: the engine (due too often, not seldom)."""
     group = name.split(".")[0]
     own = [f"sarathi_lab/measure/gpu/steps/{group}.py"]
     # the result's GpuRun; its overlays are in sarathi_lab/conf

@@ -27,8 +27,7 @@ def gpu_name() -> str:
 
 
 def device_folder(dry_run: bool) -> str:
-    """outputs/paper_gpu/'s folder: the chip or 'dry-run'; a ValueError without a GPU (every step
-    would fail)."""
+    """outputs/paper_gpu/'s folder: the chip or 'dry-run'; ValueError without a GPU."""
     if dry_run:
         return DRY
     name = gpu_name()

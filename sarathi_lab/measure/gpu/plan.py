@@ -92,8 +92,7 @@ def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
 
 
 def build_steps(unscaled: bool = False) -> tuple[Step, ...]:
-    """HEAD, then the registered sweeps and profiles in order; ``unscaled``: at the paper's
-    setting."""
+    """HEAD, then the registered sweeps and profiles in order; ``unscaled``: the paper's setting."""
     scale = "own" if unscaled else "gpu"
     runs = [(r, (r.gpu.unscaled or r.gpu) if unscaled else r.gpu) for r in registry.RESULTS
             if r.gpu is not None]
@@ -147,8 +146,7 @@ def select(spec: str | None, unscaled: bool = False) -> list[Step]:
 
 
 def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
-    """Each call starts every step, in order, that still fits; a step longer than the budget is in
-    none. """
+    """Each call starts every step that still fits, in order; one over the budget is in none."""
     calls, left = [], [s for s in steps if s.minutes <= budget_min]
     while left:
         call, room = [], budget_min

@@ -72,8 +72,7 @@ def matches(pattern: str, step: Step) -> bool:
 
 def ordered(steps: tuple[Step, ...] = STEPS,
             queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
-    """Each call with the steps it names (names the suite lacks skipped); then REST with the
-    others."""
+    """Each call with the steps it names (names the suite lacks skipped); then REST with others."""
     placed, calls = set(), []
     for call in queue:
         chosen = [s for pattern in call.steps for s in steps if matches(pattern, s)
@@ -115,8 +114,7 @@ FINISHED_JOB = re.compile(r"paper/([^/]+)/multiruns/gpu/[^/]+/metrics\.json")
 
 
 def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
-    """Each stopped paper sweep's record with its finished jobs among ``files`` and its jobs in
-    all."""
+    """Each stopped paper sweep's record: its finished jobs among ``files`` and its jobs in all."""
     done = Counter(m[1] for f in files if (m := FINISHED_JOB.fullmatch(f)))
     out = []
     for r in records:
@@ -129,8 +127,7 @@ def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
 
 
 def suite_in_progress(source: Path) -> list[Record]:
-    """An unfinished suite's results from its out directory or archive; a damaged one warns, gives
-    none."""
+    """An unfinished suite's results from its out directory or archive; a damaged one warns."""
     if source.is_dir():
         files = [str(p.relative_to(source))
                  for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
@@ -216,8 +213,7 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
 
 def pack(groups: list[list[Planned]],
          budget_min: float) -> tuple[list[list[Planned]], list[Planned]]:
-    """Calls for each group in order, each taking steps while they fit, never skipping ahead; also
-    the steps longer than a whole budget."""
+    """Calls per group in order, taking steps while they fit; also steps longer than a budget."""
     calls, too_long = [], []
     for group in groups:
         call, room = [], budget_min

@@ -1,5 +1,4 @@
-"""The suite's out directory (steps/<step>/ with result.json, DONE and its files) and its export
-into ``$OUT``."""
+"""The suite's out directory (steps/<step>/: result.json, DONE, files) and its export to $OUT."""
 from __future__ import annotations
 
 import csv
@@ -37,8 +36,7 @@ def is_done(out: Path, name: str) -> bool:
 
 
 def read_result(out: Path, name: str) -> StepResult | None:
-    """The step's result.json; None where missing or (warned) not what the suite writes: due
-    again."""
+    """The step's result.json; None where missing or (warned) not the suite's: due again."""
     path = step_dir(out, name) / "result.json"
     if not path.exists():
         return None

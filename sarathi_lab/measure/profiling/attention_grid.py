@@ -88,8 +88,7 @@ class Grid:
         return sum(FLEX in case.peers for case in self.cases())
 
     def estimate_s(self) -> float:
-        """Compiles first (a kernel per GQA group and tiling), then a fraction of a second a
-        shape."""
+        """Compiles first (a kernel per GQA group and tiling), then under a second a shape."""
         return (START_S + flex_compile_s(self.flex_compiles)
                 + ENGINE_COMPILE_S * 2 * len(self.heads)
                 + SHAPE_S * len(self.cases()))

@@ -139,8 +139,7 @@ def rel_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
 def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
             warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
             seed: int = 0) -> dict:
-    """Each contender's median ms (None where it failed or disagreed; its error in
-    ``<name>_error``)."""
+    """Each contender's median ms (None where it failed or disagreed: ``<name>_error`` says why)."""
     x = make_inputs(case, dtype, device, block_size, seed)
     flash = device.type == "cuda"
     builders = {ENGINE: lambda: engine_call(x, planned=True),
@@ -174,8 +173,7 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
 
 def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device,
                  reps: int, warmup: int, convert: dict[str, Callable] | None = None) -> None:
-    """Each contender's first call is timed (FlexAttention's compile) and checked against the
-    reference; the rest timed interleaved."""
+    """First calls timed (FlexAttention's compile) and checked; the rest timed interleaved."""
     ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta,
                               x.scale)
     tolerance, calls = TOLERANCE[x.query.dtype], {}

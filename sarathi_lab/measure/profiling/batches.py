@@ -1,6 +1,6 @@
 """Hand-built iterations placed in a live engine's KV cache by its own block manager, so a timed
 forward touches the cache as a served one would. ``layout``: allocated, served, scattered (worst) or
-contiguous (best); the last three claim every free block (``close()`` gives them back)."""
+contiguous (best); the last three claim every free block until ``close()``."""
 from __future__ import annotations
 
 import contextlib

@@ -65,8 +65,7 @@ def _replayable(runner, prepared):
 
 
 def _timeline(call) -> list[dict]:
-    """The kernels of one ``call`` under torch.profiler, from its chrome trace (which names
-    streams)."""
+    """The kernels of one ``call`` under torch.profiler, from its chrome trace (naming streams)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -81,8 +80,7 @@ def _timeline(call) -> list[dict]:
 
 
 def kernel_rows(events: list[dict]) -> list[dict]:
-    """A trace's kernels by start: stream, name, start (from the first kernel's) and duration in
-    us."""
+    """A trace's kernels by start: stream, name, start (from the first's) and duration in us."""
     kernels = sorted((e for e in events if e.get("cat") == "kernel" and "dur" in e),
                      key=lambda e: e["ts"])
     first = kernels[0]["ts"] if kernels else 0.0
@@ -91,8 +89,7 @@ def kernel_rows(events: list[dict]) -> list[dict]:
 
 
 def concurrent_ms(rows: list[dict]) -> float:
-    """Milliseconds during which kernels of two or more streams ran at once (kernels of one stream
-    never overlap)."""
+    """Milliseconds during which kernels of two or more streams ran at once."""
     edges = sorted([(r["start_us"], 1, r["stream"]) for r in rows] +
                    [(r["start_us"] + r["dur_us"], -1, r["stream"]) for r in rows],
                    key=lambda e: (e[0], e[1]))

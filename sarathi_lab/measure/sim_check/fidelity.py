@@ -156,8 +156,7 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
 
 
 def all_reduce(devices=None, tps=None) -> pd.DataFrame:
-    """Measured all-reduces beside the ring roofline, the measured table, and its hold-out (each
-    size interpolated from its neighbours)."""
+    """Measured all-reduces beside the ring roofline, the measured table, and its hold-out."""
     par = Parallelism()
     t = measured_table()
     rows = []

@@ -196,8 +196,7 @@ def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
 
 
 def _self_check(table: pd.DataFrame, llm) -> dict[str, float]:
-    """The interpolated op sums against bare forwards at the same points: the composition's
-    error."""
+    """Interpolated op sums against bare forwards at the same points: the composition's error."""
     model = ProfileCostModel(table, llm.model_config, _torch_dtype(llm))
     errors = [model.iteration_cost(prefills, decodes).forward_s / seconds - 1
               for _, prefills, decodes, seconds in measured_iterations(table)]
@@ -223,8 +222,7 @@ def _identity(machine: dict) -> tuple:
 
 
 def _check_replace(cfg, llm) -> None:
-    """Another machine's table is replaced only when asked; remeasuring this machine's is the usual
-    loop."""
+    """Another machine's table is replaced only when asked; this machine's is remeasured freely."""
     device, gpu = _device(llm)
     path = own_profile_path(device, cfg.model.engine_model)
     if not path.is_file() or cfg.on_existing == "overwrite":

@@ -21,8 +21,7 @@ DECODE_CASE = " decodes x "
 
 
 def metrics_of(check: KernelCheck, copy_gbps: float | None) -> list[Metric]:
-    """Worst error per dtype, KV writes and elementwise kernels, and each decode case's bandwidth
-    against the copy floor."""
+    """Worst error per dtype and kernel, and each decode case's bandwidth over the copy floor."""
     if not check.attention:
         raise ValueError("the kernel check recorded no attention case (see check_gpu.log)")
     by_dtype = defaultdict(list)

@@ -124,8 +124,7 @@ def _graphs(llm, cuda: bool) -> tuple[list[Metric], str]:
 
 def _co_scheduled(llm, cases, context: int, reps: int, env: dict,
                   cuda: bool) -> tuple[list[Metric], str]:
-    """The hybrid iterations of FULL_TOKENS or more co-scheduled; last, as the graphs are
-    recaptured."""
+    """The hybrid iterations of FULL_TOKENS or more co-scheduled; last, as graphs are recaptured."""
     hybrid = [(c, d) for c, d in cases if c and d and c + d >= FULL_TOKENS]
     if llm.model.backend.name != "triton" or not hybrid:
         return [], ("co-scheduled attention (attention_hybrid=pod) not timed: it needs the Triton "

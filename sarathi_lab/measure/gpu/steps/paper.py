@@ -72,8 +72,7 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
 
 
 def set_aside_stale(ctx: Context, step: Step, directory: Path, now: str) -> str | None:
-    """A sweep run at other engine code is moved aside so it starts over; returns a note, or None
-    where it resumes."""
+    """A sweep run at other engine code is moved aside to start over; a note, or None: resumes."""
     before = state.read_result(ctx.out, step.name)
     if before is None or not before.code or before.code == now or not directory.is_dir():
         return None
