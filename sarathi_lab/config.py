@@ -34,8 +34,7 @@ GPU_MEMORY_UTILISATION = 0.9  # vLLM's gpu_memory_utilization default
 
 @dataclass(frozen=True)
 class Keys:
-    """How the edge names settings; ``shown``: a value as the user wrote it (token_budget=auto)
-    where the engine refuses what it became."""
+    """How the edge names settings; ``shown``: a value as the user wrote it (token_budget=auto)."""
     names: Mapping[str, str] = field(default_factory=dict)
     prefix: str = ""
     knob_prefix: str = ""

@@ -1,5 +1,4 @@
-"""One run's engine plan, made once: LLM and the preflight both read it and ask the scheduler it
-builds whether a request fits, so they never disagree on what fits."""
+"""One run's engine plan, made once: LLM and the preflight agree on what fits."""
 from __future__ import annotations
 
 import functools
@@ -162,8 +161,7 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     dtype, device = torch_run_dtype(cfg.dtype, host.device_type), torch.device(host.device_type)
     per_rank, available = hf, None
     if cfg.world_size > 1:
-        # Each rank's weights and KV heads (the first stage's, the most); CPU ranks share its
-        # memory.
+        # Each rank's weights and KV heads (the first stage's, the most); CPU ranks share memory.
         per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model)
         first = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model)
         per_rank.num_hidden_layers = first.num_layers

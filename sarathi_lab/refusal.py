@@ -39,8 +39,7 @@ class ConfigError(ValueError):
         return named
 
 
-# A core refusal's marks: a setting's name, and a setting at a value (its repr), that the edge
-# replaces by the key the user set it by.
+# A core refusal's marks (a setting, a setting at a value), replaced by the user's key.
 _NAME, _AT, _END = "\x1f", "\x1d", "\x1e"
 _SET = re.compile(f"{_END}([^{_AT}]*){_AT}(.*?){_END}", re.DOTALL)
 _NAMED = re.compile(f"{_NAME}([^{_NAME}]*){_NAME}")

@@ -95,8 +95,7 @@ def file_name(device_name: str) -> str:
     return device_name.replace(" ", "_").replace("/", "_") + ".json"
 
 
-# {field: (the values allowed, as a refusal says them, the check)}: bounded, so that a damaged table
-# cannot hand a kernel a size it never compiles.
+# {field: (allowed, as refusals say it, check)}: no table hands a kernel an uncompiled size.
 def _pow2(v) -> bool:
     return 16 <= v <= 256 and v & (v - 1) == 0
 

@@ -1,5 +1,4 @@
-"""The claims table: a row per claim and source of numbers, each check saying ``yes``, ``partly``,
-``no`` or ``n/a`` (``unclear`` where seeds disagree)."""
+"""The claims table: a row per claim and source; ``unclear`` where seeds disagree."""
 from __future__ import annotations
 
 import pandas as pd

@@ -97,8 +97,7 @@ def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
 
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
-    """Each sarathi run's throughput over the static runs of the same workload and chunk (run just
-    before it, so slow spells hit both)."""
+    """Each sarathi run over the static runs just before it (same workload): drifts hit both."""
     gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)),
                                   keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
     # The tile sarathi aligned to, where a sweep set it.

@@ -12,8 +12,7 @@ sns.set_theme(style="whitegrid", context="notebook")
 PAPER_STYLE = {"marker": "*", "s": 180, "color": "black", "zorder": 5}
 # Simulated series: dashed, square markers, in reds.
 SIM_STYLE = {"ls": "--", "marker": "s", "markersize": 5}
-# Seeds drawn as their full range, as the claims report them: a bootstrapped 95% interval means
-# nothing over two or three seeds.
+# Seeds drawn as their full range: a bootstrapped 95% interval over two or three is noise.
 SPREAD = ("pi", 100)
 
 

@@ -25,8 +25,7 @@ COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}")
 # config.device_slug of the GPU's name.
 DEVICE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 LEASE = re.compile(r"(\d{4}-\d{2}-\d{2})_([A-Za-z0-9._+-]{1,200})")
-# failed: error recorded; incomplete: killed or out of time (rerun continues); unavailable: not in
-# this checkout.
+# failed: error recorded; incomplete: killed or out of time; unavailable: not in checkout.
 STATUSES = ("done", "failed", "incomplete", "unavailable")
 # Times are the GPU machine's clock: a little ahead is skew, more is damage.
 CLOCK_SKEW_S = 3600.0
@@ -304,8 +303,7 @@ def kept_leases(gpu_docs: Path) -> list[Kept]:
     return found
 
 
-# Markdown's and HTML's active characters shown as themselves: no tag, link, emphasis or column
-# break from a file's text.
+# Markdown's and HTML's active characters as themselves: no tag, link or column break.
 _PLAIN = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
                         **{c: "\\" + c for c in "\\`*_~[]|"}})
 _AUTOLINK = re.compile(r"(?i)(://|www\.)")

@@ -1,5 +1,4 @@
-"""Where each experiment's runs are under a results root: its newest complete sweep, else its newest
-with a finished run, marked incomplete wherever shown."""
+"""Each experiment's runs under a results root: newest complete sweep, else newest, marked so."""
 from __future__ import annotations
 
 import logging
@@ -97,8 +96,7 @@ UNRELIABLE = "env.timing_unreliable"
 
 @dataclass(eq=False)
 class Results:
-    """Each experiment's runs under one root, loaded on first use; unreliable runs left out unless
-    ``include_unreliable``; ``seed`` keeps one repeat."""
+    """Each experiment's runs under a root, loaded on use; unreliable ones out unless asked."""
     root: Path
     include_unreliable: bool = False
     seed: int | None = None
@@ -220,8 +218,7 @@ class Results:
                                      for c, n in sorted(counts.items()))
 
     def lacking_note(self, name: str, short: bool = False) -> str:
-        """What the tables silently leave out (unreadable runs, metrics only some runs recorded); ''
-        where nothing. ``short``: no reasons."""
+        """What the tables silently leave out; ``short``: without the reasons."""
         sweep, keys, unreadable = self.sweep(name), {}, []
         summary = self.summary(name)
         kept = set(summary.run_dir) if "run_dir" in summary else set()

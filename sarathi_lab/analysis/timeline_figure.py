@@ -1,5 +1,4 @@
-"""Batch timelines of runs on the same arrivals, stacked: iterations as bars (width its time, height
-its tokens) over the requests' lifecycles."""
+"""Batch timelines of runs on the same arrivals: iterations as bars over requests' lifecycles."""
 from __future__ import annotations
 
 from collections import defaultdict

@@ -1,5 +1,4 @@
-"""The interface every attention backend implements, its capabilities as class attributes, and the
-registry that picks one by name (register_backend, as schedulers do)."""
+"""The attention backend interface, capabilities as class attributes, and its name registry."""
 from __future__ import annotations
 
 import functools
@@ -56,8 +55,7 @@ class AttentionBackend(ABC):
     @abstractmethod
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Causal attention of ``query`` ([T, heads, head_dim]) over each request's cached context,
-        this step's keys included; returns [T, heads, head_dim]."""
+        """Causal attention over each request's cached context (this step's keys included)."""
 
 
 _REGISTRY: dict[str, type[AttentionBackend]] = {}
@@ -104,8 +102,7 @@ def _warn_interpreted(why: str) -> None:
 
 
 def make_backend(name: str, device: torch.device, hybrid: str = "sequential") -> AttentionBackend:
-    """``hybrid`` (EngineConfig.attention_hybrid): the Triton kernels' way with hybrid batches;
-    other backends take only ``sequential``."""
+    """``hybrid`` (EngineConfig.attention_hybrid): Triton's way; other backends: ``sequential``."""
     cls = backend_class(name, device)
     check_attention_hybrid(hybrid, cls.name)
     if (why := interpreted(name, device)) is not None:

@@ -11,8 +11,7 @@ from sarathi_lab.tuned_kernels import co_schedule_entries
 
 @dataclass(frozen=True)
 class MeasuredHybrid:
-    """One shape timed both ways: a ``chunk``-token chunk beside ``decodes`` decodes at ``context``,
-    and the co-scheduled time over the sequential one."""
+    """A chunk beside ``decodes`` at ``context``: co-scheduled time over sequential."""
 
     heads: int
     kv_heads: int
@@ -55,8 +54,7 @@ NEVER = CoScheduleRule()
 
 
 def entries_from_rows(rows: list[dict]) -> list[dict]:
-    """A table's ``co_schedule`` entries from the ``hybrid`` step's rows (hybrid_attention.csv):
-    ``pod_ms`` over ``sequential_ms`` per shape."""
+    """A table's ``co_schedule`` entries from hybrid_attention.csv: pod over sequential."""
     out = []
     for row in rows:
         if row.get("pod_ms") and row.get("sequential_ms"):

@@ -1,5 +1,4 @@
-"""How the torch backend's sdpa path reads an iteration's decodes: runs of consecutive blocks in
-place, the rest gathered in groups of similar length (docs/cpu_engine.md)."""
+"""How the torch sdpa path reads decodes: block runs in place, the rest gathered by length."""
 from __future__ import annotations
 
 import itertools
@@ -77,8 +76,7 @@ def _block_runs(table: list[int]):
 
 def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int, device,
             additive: bool) -> tuple[list[DecodeGroup], list[list[int]]]:
-    """Padded gather groups of decodes of similar length, with their decode indices. ``rest``: per
-    decode, the blocks and tokens to gather, when not its whole table."""
+    """Padded gather groups of decodes of similar length; ``rest``: partial blocks to gather."""
     if not rows:
         return [], []
     p = meta.num_prefills

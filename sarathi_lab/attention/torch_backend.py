@@ -93,8 +93,7 @@ class TorchAttention(AttentionBackend):
         return out
 
     def _decode(self, plan: DecodePlan, query, out, k_cache, v_cache, scale: float) -> None:
-        # With runs in place, parts with their log-sum-exp, merged below; grouped-query heads ride
-        # as query rows.
+        # Runs in place: parts with their log-sum-exp, merged below; GQA heads ride as query rows.
         n, heads, d = query.shape
         _, bs, kvh, _ = k_cache.shape
         outs, lses = [], []

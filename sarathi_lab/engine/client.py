@@ -25,8 +25,7 @@ def serve(engine: Served, seqs: list[Sequence],
           max_concurrency: int | None = None) -> None:
     """Whatever stops the run, no request stays behind; one due at the cap comes as one finishes."""
     pending = sorted(seqs, key=lambda s: s.priority)
-    # What exists now outlives the run: the collector need not walk it at every full collection
-    # (vLLM freezes its startup heap too); thawed after.
+    # Startup objects outlive the run: frozen from full collections (as vLLM does), thawed after.
     gc.freeze()
     try:
         next_arrival = 0

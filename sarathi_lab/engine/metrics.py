@@ -50,8 +50,7 @@ def iteration_kinds(num_prefill_tokens, num_decode_tokens) -> np.ndarray:
     return np.select([prefill & decode, prefill], ["hybrid", "prefill"], "decode")
 
 
-# This many times its kind's median is a stall (a kernel compiled, the host descheduled), not its
-# work's cost.
+# This many times its kind's median is a stall (a compile, a descheduled host), not work.
 STALL = 5.0
 
 

@@ -1,5 +1,4 @@
-"""Stop a run once its SLO verdict is certain: counts are known in advance and a value over its
-limit stays over, so an overloaded run's slowest part need not run."""
+"""Stop a run once its SLO verdict is certain, so an overloaded run's slowest part need not run."""
 from __future__ import annotations
 
 import math

@@ -54,8 +54,7 @@ def budget_cost_model(engine: EngineConfig):
 
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
-    # The simulator's settings are the user's keys; the CPU's cost model here is set by none, so
-    # its refusals name the settings as they are.
+    # The simulator's settings are the user's keys: its refusals name the settings as they are.
     with contextlib.nullcontext() if engine.kind.simulated else named_as(AS_WRITTEN):
         model = CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp)
         return model, described

@@ -1,5 +1,4 @@
-"""The command line checked before Hydra starts, each bad argument refused in one line (Hydra's
-reports are several and exit 1) before any output directory exists."""
+"""The command line checked before Hydra starts: a bad argument refused in one line, no dir made."""
 from __future__ import annotations
 
 import argparse

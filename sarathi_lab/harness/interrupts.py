@@ -65,8 +65,7 @@ def raise_if_interrupted() -> None:
 
 @contextmanager
 def deferred_signals(*signums: int, raise_at_end: bool = True) -> Iterator[list[int]]:
-    """Signals noted, not raised, so work that must not stop half-way finishes first;
-    ``raise_at_end``: the first raised as Interrupted as the block ends."""
+    """Signals noted, so this work finishes; ``raise_at_end``: the first raised after."""
 
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}

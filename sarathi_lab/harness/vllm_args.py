@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from sarathi_lab.config import ConfigError
 from sarathi_lab.plan import EnginePlan
 
-# vLLM's scheduler with chunked prefill is Sarathi-Serve's stall-free batching; off, it prefills
-# prompts whole.
+# vLLM's scheduler chunking prefills is Sarathi-Serve's stall-free batching; else whole.
 CHUNKED_PREFILL = {"sarathi_serve": True, "vllm": False}
 # vLLM-CPU's attention (CPU_ATTN) takes KV blocks of a multiple of this many tokens only.
 CPU_BLOCK_MULTIPLE = 32

@@ -1,5 +1,4 @@
-"""A finished run to Weights & Biases once its results are on disk: W&B never perturbs the timings,
-and any W&B error is one warning line, never a failed run."""
+"""A finished run to W&B once its results are saved: never perturbs timings, never fails a run."""
 from __future__ import annotations
 
 import logging

@@ -93,8 +93,7 @@ class PackedLinear(nn.Module):
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
         if self.gemm == "mkl":
-            # torch reads the packed weight only where the rows equal the batch size passed; MKL's
-            # serves any row count.
+            # torch reads the packed weight only at the batch size passed; MKL's at any row count.
             return torch.ops.mkl._mkl_linear(x, self.packed_weight, self.weight, self.bias,
                                              x.shape[0])
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")

@@ -21,8 +21,7 @@ class ModelExecutor(Samples, Executor):
         self.cuda = runner.device.type == "cuda"
         self._events = ((torch.cuda.Event(enable_timing=True),
                          torch.cuda.Event(enable_timing=True)) if self.cuda else None)
-        # Only where the device runs the forward while the host goes on: on a synchronous one
-        # planning ahead only adds host time.
+        # Only where the device runs ahead of the host: else planning ahead only adds host time.
         self.plans_ahead = self.cuda
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from sarathi_lab.model.shape import Shape, attention_cost, iteration_cost, kernel_costs
 
-# One kernel's launch and wait, stated, not measured here: a prefix-0 chunk's attention has a
-# roofline floor well under it.
+# One kernel's launch and wait, stated: a prefix-0 chunk's roofline floor is well under it.
 LAUNCH_FLOOR_S = 4e-6
 
 

@@ -85,8 +85,7 @@ class RotaryEmbedding(nn.Module):
                                                                          torch.device("cpu"))
         freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        # Float32 whatever the model's dtype, as transformers keeps them: not buffers, which
-        # .to(dtype) would cast.
+        # Float32 whatever the dtype, as transformers keeps them; buffers would be cast by .to().
         self.cos, self.sin = emb.cos() * scaling, emb.sin() * scaling
 
     def tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -118,8 +118,7 @@ class NanoGraphs:
                          owner.plans[graph]))
 
     def graph_for(self, prepared: PreparedBatch) -> Graph | None:
-        """The smallest cut graph holding this batch's two nano-batches and running their attention
-        as eagerly; None (eager) where a nano-batch co-schedules."""
+        """The smallest cut graph fitting both nano-batches; None (eager) where one co-schedules."""
         owner, parts = self.owner, prepared.nano
         backend, heads, k_cache = owner.backend, owner.num_heads, owner.k_cache
         if any(backend.co_schedules(p.meta, heads, k_cache) for p in parts):

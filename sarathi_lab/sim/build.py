@@ -77,8 +77,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
     """An explicit count or budget if it fits (or, ``sim_kv_beyond_device``, as a what-if)."""
     k = SETTING
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
-    # One GPU of sim_tp x sim_pp holds its shard of its stage's weights and KV: its capacity is the
-    # engine's.
+    # One GPU holds its shard of its stage's weights and KV: its capacity is the engine's.
     config = shard(config, cfg.sim_tp, cfg.sim_pp, cfg.model)
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize

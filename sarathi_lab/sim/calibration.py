@@ -1,5 +1,4 @@
-"""The roofline's efficiencies fitted to measured GPU kernels; ``calibration_cli`` writes them into
-the device files (docs/sim/README.md, section 8)."""
+"""The roofline's efficiencies fitted to measured GPU kernels (docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 import dataclasses
@@ -187,8 +186,7 @@ def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, ele
 
 
 def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = None) -> Calibration:
-    """Without attention measured, ``attention_from`` (another device's calibration) lends it,
-    scaled by the two devices' GEMM efficiencies and rates."""
+    """Without attention measured, ``attention_from`` lends it, scaled by GEMM rates."""
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
@@ -222,8 +220,7 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
 
 def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwidth: float,
               lease: str) -> Calibration:
-    """The GEMM curve within the lease's token counts and the attention are the lease's; pointwise
-    kernels, which no lease times apart, stay the base's."""
+    """The lease's GEMM curve (in its range) and attention; pointwise kernels stay the base's."""
     tokens, eff, launch = fit_gemm(table, peak_flops)
     base_points = list(zip(base.gemm_tokens, base.gemm_efficiency, base.gemm_launch_s))
     points = sorted([p for p in base_points if not tokens[0] <= p[0] <= tokens[-1]]

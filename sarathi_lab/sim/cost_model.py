@@ -1,5 +1,4 @@
-"""One interface for what an iteration costs on a device: each prefill chunk as (chunk tokens,
-context once cached), each decode as its context (its new token included)."""
+"""What an iteration costs: prefill chunks as (tokens, context cached), decodes as context."""
 from __future__ import annotations
 
 import abc

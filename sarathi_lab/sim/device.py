@@ -164,8 +164,7 @@ def read_cpu_ceilings(path: Path) -> dict:
 
 
 def cpu_device(dtype: str = "bfloat16") -> Device:
-    """Efficiencies 1, no tiles, host overheads left to the profile cost model; a chunk's keys and
-    values come from memory once, as the CPU kernel copies them."""
+    """Efficiencies 1, no tiles; a chunk's keys and values read once, as the CPU kernel does."""
     path, key = cpu_ceilings_path(), cpu_ceilings_key(dtype)
     try:
         entry = read_cpu_ceilings(path).get(key)

@@ -72,8 +72,7 @@ def config_of(model: str) -> ModelConfig:
     return ModelSpec("llama", hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
                      num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
                      num_key_value_heads=int(s.kv_heads), vocab_size=int(s.vocab),
-                     # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not
-                     # gated.
+                     # phi-2's plain MLP (fc1, GELU, fc2): not gated for model.shape.is_gated.
                      max_position_embeddings=4096, hidden_act="silu" if s.gated else "gelu_new")
 
 

@@ -67,8 +67,7 @@ class Handoff:
             raise ValueError(f"a handoff needs two or more stages and micro-batches: "
                              f"{start.shape[0]} stages, {start.shape[1]} micro-batches")
         later = slice(1, None)
-        # Where the header was there before stage s's previous forward ended, the time from that end
-        # to taking it is the stage's own.
+        # A header there before stage s's previous forward ended: from that end on, the stage's own.
         after = command[later, 1:] - end[later, :-1]
         after = np.where(command[:-1, 1:] <= end[later, :-1], after, np.nan)
         receive = start[later] - np.maximum(planned[later], end[:-1])

@@ -56,8 +56,7 @@ class Curve:
 
 
 class Surface:
-    """z(x, y) through measured rows, each x at its own y points or a rectangular grid; linear in x
-    between rows, monotone along y (and x on a rectangular grid)."""
+    """z(x, y) through measured rows; linear in x, monotone along y (and x on a grid)."""
 
     def __init__(self, points: dict[tuple[float, float], float]):
         if not points:

@@ -117,8 +117,7 @@ class StageTimes:
 def through_stages(times: StageTimes, now: float, stage_free: list[float],
                    busy: list[float]) -> tuple[list[float], list[float]]:
     """One micro-batch through the stages: each stage's begin and end."""
-    # Stage 0's host work counts as its bubble, as in a measured timeline; later stages take the
-    # command while the activations travel.
+    # Stage 0's host work is its bubble, as measured; later stages take commands in transit.
     first_host = times.stage_host_s if times.first_host_s is None else times.first_host_s
     ready, stages = now + times.host_s + first_host, len(stage_free)
     begins, ends = [], []

@@ -37,8 +37,7 @@ class PipelineRun:
 
 def serve_pipeline(scheduler: Scheduler, cost: StageCosts, lengths: list[tuple[int, int]],
                    arrivals: list[float] | None = None, depth: int | None = None) -> PipelineRun:
-    """Requests of (prompt, decode) tokens arriving at ``arrivals`` (default: all at 0), ``depth``
-    micro-batches in flight (default: one a stage)."""
+    """Requests of (prompt, decode) at ``arrivals``, ``depth`` micro-batches in flight."""
     arrivals = [0.0] * len(lengths) if arrivals is None else list(arrivals)
     seqs = [Sequence(i, [1] * p, d, a) for i, ((p, d), a) in enumerate(zip(lengths, arrivals))]
     clock = VirtualClock()

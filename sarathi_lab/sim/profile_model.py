@@ -96,8 +96,7 @@ class ProfileCostModel(CostModel):
             raise ValueError(f"profile {source}: no column {missing[0]!r}; expected "
                              f"{', '.join(COLUMNS)}")
         self.source = source
-        # A NaN would reach the clock only when a batch lands near it, a negative be clipped
-        # silently.
+        # A NaN would reach the clock only near a batch's size, a negative be clipped silently.
         import pandas as pd
         for column in COLUMNS[1:]:
             values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)

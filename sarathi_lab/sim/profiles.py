@@ -1,5 +1,4 @@
-"""Where the engine's measured tables lie, as paths alone: choosing a cost model, the benches and
-the profile task find the same table without loading any cost model."""
+"""Where the engine's measured tables lie, as paths alone: found without loading a cost model."""
 from __future__ import annotations
 
 import json

@@ -17,8 +17,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Parallelism:
-    # A DGX A100's links (docs/sim/README.md, section 2): NVLink's ring all-reduce, InfiniBand HDR
-    # between nodes.
+    # A DGX A100's links (docs/sim/README.md, section 2): NVLink ring, InfiniBand HDR between.
     tp: int = 1
     pp: int = 1
     allreduce_bandwidth: float = 240e9

@@ -25,8 +25,7 @@ class ProfileStages:
     hidden_bytes: int  # the residual goes with it
     link: Link = LOOPBACK
     logits_row_bytes: int = 0
-    # Measured on a running pipeline: each stage's work between two forwards; None: as the link
-    # prices the messages.
+    # Each stage's work between forwards, measured on a running pipeline; None: link-priced.
     handoff: Handoff | None = None
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int],

@@ -1,5 +1,4 @@
-"""Fig. 12: pipeline bubbles per request and time to complete N requests on a real two-stage
-pipeline, beside the simulator's prediction."""
+"""Fig. 12: pipeline bubbles and completion times on a real two-stage pipeline, and predicted."""
 from __future__ import annotations
 
 import re

@@ -336,8 +336,7 @@ def foreign_knob(name: str, key: str, value: Any) -> ConfigError | None:
 
 @functools.cache
 def _warn_foreign_knob(name: str, key: str, value: str) -> None:
-    # Said once, so a sweep over schedulers sharing one config warns once; a single engine refuses
-    # it before this.
+    # Said once, so a sweep over schedulers warns once; a single engine refused it before.
     log.info("%s=%s is ignored by scheduler=%s: a knob of scheduler=%s", key, value, name,
              " and ".join(knob_owners(key)))
 

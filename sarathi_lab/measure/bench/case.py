@@ -151,8 +151,7 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
         args = p.parse_args(argv)
     if args.isa:
         as_isa(case, p, args.isa, argv)
-    # CPU time is a core's own only on the CPU with one thread: a GPU's is not this process's, and
-    # more threads' seconds (spin-waits too) add up.
+    # CPU time is a core's own only on the CPU with one thread (a GPU's is not; threads add up).
     has = set(case.shared)
     if "clock" in has and args.clock == "cpu" and args.device == "cuda":
         p.error("--clock cpu is invalid with --device cuda: it counts this process's CPU "

@@ -65,8 +65,7 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
 def run_worker(job: dict, watch: Progress | None = None) -> int:
     """worker.main's ``job``; its exit status, -SIGTERM past the deadline. Interrupted, the worker
     is stopped as at a deadline so runs save what they measured."""
-    # Weights are drawn in float32 and cast one by one: expandable segments return the freed pages
-    # before the KV cache is allocated.
+    # Weights drawn in float32, cast one by one: freed pages return before the KV cache.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "PYTHONUNBUFFERED": "1"} | dict(os.environ)
     proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.measure.gpu.worker",
@@ -121,15 +120,13 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
         left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
         if code not in (0, RESTART) and len(left) == len(todo) and not out_of_time:
-            # Died before a step began: a fresh worker would die the same way until the budget ran
-            # out.
+            # Died before a step began: a fresh worker would die the same way until the budget ends.
             print(f"[gpu] the worker ended with {code} before it settled any step; not restarted "
                   "(its error is above)")
             return True
         if out_of_time:
             break
-        # A worker that ended on its own went through its batch: what it deferred waits for the next
-        # call.
+        # A worker that ended on its own went through its batch: its deferrals wait for next call.
         todo = [s for s in left if s not in batch] if code == 0 else left
     return False
 

@@ -187,8 +187,7 @@ def _writable(root: Path, paths: list[Path]) -> None:
 
 
 def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[Path]:
-    """Keeps an archive's files under docs/gpu/ and profiles/, all or none, refusing dry runs,
-    foreign archives and another lease's files (unless ``force``)."""
+    """Keeps an archive's files, all or none; dry runs, foreign archives, other leases' refused."""
     label = str(archive)
     root = Path(root).resolve()
     with archive_members.open_archive(archive, label) as (tar, members):

@@ -13,8 +13,7 @@ from sarathi_lab.measure.gpu.progress import Progress
 
 ROOT = REPO_ROOT / "outputs" / "paper_gpu"
 DRY = "dry-run"
-# From a child interpreter: the driver never imports torch (a broken CUDA install must cost a step,
-# not the run).
+# From a child: the driver never imports torch (a broken CUDA costs a step, not the run).
 _PROBE = "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
 
 

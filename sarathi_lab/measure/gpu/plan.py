@@ -1,5 +1,4 @@
-"""The suite's steps in order with expected minutes (1.3x the longest measured, docs/gpu/); targets
-first, so a lease cut short still answers them."""
+"""The suite's steps with expected minutes; targets first, so a cut lease still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass

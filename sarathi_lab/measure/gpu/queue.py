@@ -1,5 +1,4 @@
-"""The GPU queue (``--next``): what is still due at the checkout's engine code, as calls, most
-valuable first, resuming from kept runs and an unfinished suite."""
+"""The GPU queue (``--next``): what is due at this engine code, as calls, most valuable first."""
 from __future__ import annotations
 
 import re
@@ -199,8 +198,7 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
             measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
             stopped = " (stopped before it ended)" if longest.status != "done" else ""
             where = f"{longest.device} {longest.run}{stopped}"
-            # Never below the plan: an older engine's step may run more now, and a stopped one took
-            # longer than it ran.
+            # Never below the plan: an older step may run more now; a stopped one took longer.
             if measured >= step.minutes:
                 minutes, source = measured, f"measured {where}"
             else:

@@ -10,8 +10,7 @@ ENGINE, SDPA, CUDNN, FLEX = "engine", "sdpa_flash", "sdpa_cudnn", "flex"
 CONTENDERS = (ENGINE, SDPA, CUDNN, FLEX)
 KINDS = ("prefill", "chunk", "decode")
 
-# Estimates until a lease measures them (flex_compile_s); the first compile also starts Inductor's
-# workers.
+# Estimates until a lease measures them; the first compile also starts Inductor's workers.
 FLEX_FIRST_COMPILE_S, FLEX_COMPILE_S, ENGINE_COMPILE_S, SHAPE_S, START_S = 20.0, 4.0, 2.0, 0.2, 10.0
 
 
@@ -54,8 +53,7 @@ class Case:
 
     @property
     def peers(self) -> tuple[str, ...]:
-        """FlexAttention only for a chunk over a cached prefix, its case: it compiles once per
-        shape, and the decodes' compiles do not fit the step."""
+        """FlexAttention for chunks over a prefix only: it compiles per shape."""
         return (SDPA, CUDNN, FLEX) if self.kind == "chunk" and self.prefix > 0 else (SDPA, CUDNN)
 
 
@@ -104,8 +102,7 @@ GRIDS = {
                 decode_batches=(1, 3), decode_contexts=(24,), dtype="float32", reps=2, warmup=1),
 }
 
-# A chunk over a prefix shorter than CHUNK_FLOOR_PREFIX has a floor of microseconds (the launch
-# floor): shown, with no target.
+# A chunk over a prefix under CHUNK_FLOOR_PREFIX has a launch floor: shown, no target.
 PEER_TARGET = 1.2
 FLOOR_TARGET = {"chunk": 2.0, "decode": 1.2}
 CHUNK_FLOOR_PREFIX = 1024

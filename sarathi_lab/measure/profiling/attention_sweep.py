@@ -145,8 +145,7 @@ def _loss(times: dict[int, float], count: int) -> float:
 
 
 def fit_split_rule(rows: list[dict]) -> tuple[SplitRule, float]:
-    """The rule losing least against the fastest count at each shape, and the default's loss; the
-    default unless a rule beats it by FIT_MARGIN."""
+    """The rule losing least to each shape's fastest count, unless short of FIT_MARGIN."""
     shapes_: dict[tuple[str, str], tuple[dict[int, float], dict[str, int]]] = {}
     for row in rows:
         if row.get("rule_splits") and math.isfinite(row.get("ms", math.nan)):

@@ -71,8 +71,7 @@ class HybridGrid:
                 + SHAPE_S * len(self.cases()))
 
 
-# GPU: LLaMA-13B's and Mistral-7B's heads, bf16, the target batches; CPU (the dry run): shapes the
-# interpreter runs in seconds.
+# GPU: LLaMA-13B's and Mistral-7B's heads, bf16; CPU (dry run): interpreter-sized shapes.
 GRIDS = {
     "cuda": HybridGrid(heads=((40, 40), (32, 8)), head_dim=128, chunks=(256, 512), decodes=(16, 32),
                        contexts=(1024, 3072), dtype="bfloat16", reps=20, warmup=3),

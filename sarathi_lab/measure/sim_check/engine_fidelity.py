@@ -80,8 +80,7 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
                    | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops,
                                                 tokens)[name]
                       for n, cm in cms.items()})
-    # The profile cost model on this very table shows what composing its ops costs; its warning past
-    # the largest chunk is silenced.
+    # The profile model on this table shows what composing ops costs; its past-chunk warning off.
     its = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

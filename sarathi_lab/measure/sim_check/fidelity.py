@@ -105,8 +105,7 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS,
     for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
         full, measured = calibrations.get(device), gpu_kernels.measured(device, tp)
         for model in [m for m in models or measured if m in measured]:
-            # Fitted without the model it predicts; attention kept from the full fit (one model
-            # measured it).
+            # Fitted without the model it predicts; attention from the full fit (one model).
             held = dataclasses.replace(fit(load_device(device), exclude=(model,)),
                                        **{f: getattr(full, f) for f in ATTENTION_FIELDS})
             pairs.append(compare(device, model, full, held, op_tokens, tp=tp))

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 LEASES_DIR = REPO_ROOT / "docs" / "gpu"
 GEMM_TABLE = Path("steps") / "tune" / "tune_gemm.csv"
 ATTENTION_TABLE = Path("steps") / "attention" / "attention.csv"
-# The engine's own GEMM in a lease: what the graphs replay (the engine keeps cuBLAS wherever Triton
-# did not win).
+# The engine's own GEMM in a lease (cuBLAS wherever Triton did not win): what graphs replay.
 GEMM_CANDIDATE = "cublas"
 KERNEL_COLUMNS = ("model", "op", "tokens", "context", "batch", "seconds")
 

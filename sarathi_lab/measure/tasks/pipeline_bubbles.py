@@ -104,8 +104,7 @@ def _quantiles(prefix: str, bubbles: np.ndarray) -> dict[str, float]:
 
 
 def measure_handoff(cfg, llm) -> Handoff | None:
-    """Other requests through the same pipeline, pinned as now, price the handoff between stages
-    (None where the executor records no timeline)."""
+    """Other requests through the pipeline, pinned as now, price the handoff (None: no timeline)."""
     n = cfg.measure.handoff_requests
     work = build_workload(dataclasses.replace(cfg.workload, num_requests=n), cfg.seq_len,
                           cfg.pd_ratio, cfg.seed + HANDOFF_SEED, llm.model_config.vocab_size)

@@ -130,8 +130,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     batches = SyntheticBatches(llm, seed=cfg.seed)
     rows: list[tuple] = []
     started = time.perf_counter()
-    # One forward timed first, after each part and last: how far the machine's speed moved, which no
-    # interpolation takes out.
+    # A forward timed first, after each part and last: how far the machine's speed moved.
     reference = {"decodes": g["batches"][-1], "context": g["contexts"][len(g["contexts"]) // 2]}
     series: list[float] = []
 

@@ -1,5 +1,4 @@
-"""The ranks a driver spawns on its machine, joined once each is ready; driver and ranks watch
-each other, so no death on either side leaves the other waiting."""
+"""The ranks a driver spawns, joined once ready; each side watches the other's death."""
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +34,7 @@ def start(size: int, port: int) -> list:
 
 @contextlib.contextmanager
 def _without_main_script() -> Iterator[None]:
-    """multiprocessing re-runs ``__main__`` in each child: a script on stdin cannot be re-read, and
-    one without the ``__main__`` guard spawns again."""
+    """Children re-run ``__main__``: stdin cannot be re-read, an unguarded script respawns."""
     main = sys.modules["__main__"]
     saved = {key: main.__dict__[key] for key in ("__spec__", "__file__") if key in main.__dict__}
     main.__spec__ = None

@@ -7,8 +7,7 @@ import torch
 
 from sarathi_lab.model.parallel.wire import PREFILL_TOKENS, TOKENS
 
-# Per row, as kept and sent (float64).
-# command_s: host work (receive, decode, plan) began; planned_s: it ended, activations awaited.
+# Per row, as kept and sent (float64): command_s host work began; planned_s it ended.
 FIELDS = ("micro_batch", "start_s", "end_s", "tokens", "prefill_tokens", "command_s", "planned_s")
 COLUMNS = ("rank", "stage", *FIELDS)
 

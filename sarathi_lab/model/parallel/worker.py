@@ -28,8 +28,7 @@ def from_torchrun() -> None:
 def serve(group: RankGroup) -> None:
     part: RankPart | None = None
     wire, timeout_s = None, LEAVE_TIMEOUT_S
-    # The previous micro-batch's sends, waited for after this one runs: a stage never waits for the
-    # next to be free before it computes.
+    # The previous micro-batch's sends, awaited after this one runs: compute never waits on them.
     pending: list = []
     while True:
         chain = part.chain if part is not None else None

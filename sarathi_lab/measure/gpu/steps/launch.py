@@ -36,8 +36,7 @@ def sequential_target(chunk: int, decodes: int) -> float | None:
 
 def _target(limit: float | None) -> str:
     return f"<= {limit}" if limit else ""
-# How far a graph replay (padded batch, other GEMM kernels) may stray from eager; stale inputs would
-# be far off.
+# How far a graph replay (padding, other GEMMs) may stray from eager; stale inputs go far.
 REL_DIFF = 0.05
 COUNTED = ((256, 17), (0, 18))
 KERNELS = "kernels.csv"
@@ -168,8 +167,7 @@ def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict
 
 
 def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple[list[Metric], str]:
-    """Per iteration kind, its kernels grouped and their sum (less sampling) over the forward's GPU
-    time, which shows the gaps between kernels."""
+    """Per iteration kind, its kernels grouped and summed over the forward's GPU time."""
     cuda, reps = device == "cuda", BREAKDOWN_REPS[device]
     source = "cuda kernels" if cuda else "cpu ops (host work: no CUDA kernels off the GPU)"
     layers, rows, metrics, failed = llm.model_config.num_hidden_layers, [], [], []

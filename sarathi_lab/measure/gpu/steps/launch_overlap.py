@@ -30,8 +30,7 @@ REL_DIFF = 0.05
 
 def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
                out: Path) -> tuple[list[Metric], str]:
-    """The metrics of every case of OVERLAP.min_tokens tokens or more at each of ``contexts`` and
-    the step's note; the timelines into ``out``."""
+    """Every case of OVERLAP.min_tokens or more per context, the note; timelines to ``out``."""
     big = [(c, d) for c, d in cases if c and d and c + d >= OVERLAP.min_tokens]
     metrics, rows, stopped, gains = [], [], "", []
     for at in contexts:
@@ -64,8 +63,7 @@ def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
 
 
 def table_entry(gains: list[tuple[int, float]]) -> dict[str, bool | int]:
-    """From ``(tokens, overlapped minus whole ms)`` per twin: on from the fewest tokens from which
-    every twin was faster overlapped; else off."""
+    """On from the fewest tokens from which every twin was faster overlapped; else off."""
     counts = sorted({t for t, _ in gains})
     won = [t for t in counts if all(g < 0 for u, g in gains if u >= t)]
     return {"enabled": True, "min_tokens": won[0]} if won else {"enabled": False}

@@ -45,8 +45,7 @@ def job_overrides(step: Step) -> list[list[str]]:
 
 
 def check_gpu_jobs(step: Step) -> list[Metric]:
-    """Each GPU job through the schema, and its KV blocks against an 80 GB card's plan
-    (model.memory.plan_kv_blocks refuses what does not fit)."""
+    """Each GPU job through the schema, and its KV blocks against an 80 GB card's plan."""
     import torch
 
     from sarathi_lab.harness.compose import compose_config
@@ -57,8 +56,7 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
     worst = 0.0
     jobs = job_overrides(step)
     for job in jobs:
-        # Checked as a CPU job (EngineConfig refuses device=cuda without one), planned in its dtype
-        # on CUDA.
+        # Checked as a CPU job (device=cuda needs one), planned in its dtype on CUDA.
         cfg = parse_config(compose_config([o if not o.startswith("device=") else "device=cpu"
                                            for o in job]))
         engine, limits = cfg.engine, ModelLimits.of(cfg.engine)
