@@ -1,5 +1,4 @@
-"""What ``LLM.generate`` accepts (sequences, numpy arrays, torch tensors of integers) as plain
-Python values, or a TypeError/ValueError naming the argument, the position and what was given."""
+"""What ``LLM.generate`` accepts, as plain Python values, or an error naming the position."""
 from __future__ import annotations
 
 import math

@@ -1,5 +1,4 @@
-"""A refused configuration value, in one line: the core marks each setting by its field
-(``SETTING``); an edge that knows the user's spelling writes the line once (``named_as``)."""
+"""A refused config value in one line: the core marks its field; the edge names it once."""
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,4 @@
-"""Kernel configurations tuned on a GPU, one JSON table per device in ``sarathi_lab/tuned/``, as
-vLLM ships its per-device configs; a device or key without an entry gets the defaults."""
+"""Kernel configs tuned on a GPU, a JSON table per device (as vLLM ships them); else defaults."""
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,4 @@
-"""The claims table: a row per claim and source; ``unclear`` where seeds disagree."""
+"""The claims table: a row per claim and source, each check yes, partly, no, n/a or unclear."""
 from __future__ import annotations
 
 import pandas as pd

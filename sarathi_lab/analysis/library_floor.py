@@ -133,8 +133,7 @@ def elementwise_ms(shape: Shape, tokens: int, elem_bytes: int, gbps: float,
 def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: int,
                   elem_bytes: int, gbps: float, gemms: GemmCurve, attention: AttentionTable,
                   head_and_embedding_ms: float) -> LibraryFloor:
-    """A chunk (the last ``chunk`` tokens of a ``context``-token prompt) beside ``decodes`` decodes;
-    GEMMs and elementwise passes over ``tokens`` rows (real or graph-padded)."""
+    """A chunk ending a ``context``-token prompt beside ``decodes``; GEMMs over ``tokens`` rows."""
     missing, layers = [], shape.layers
     gemm = gemms.ms(tokens)
     if gemm is None:

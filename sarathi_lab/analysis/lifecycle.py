@@ -1,5 +1,4 @@
-"""Each request's lifecycle (queued, prefill chunks, decode runs, stalled, preempted) from a run's
-tables, in seconds on its clock; older runs without ``MEMBERSHIP`` read coarsely."""
+"""Each request's lifecycle (queued, chunks, decodes, stalls, preemptions) from a run's tables."""
 from __future__ import annotations
 
 from collections import defaultdict

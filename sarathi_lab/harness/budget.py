@@ -1,5 +1,4 @@
-"""``token_budget=auto``, as Sarathi-Serve sets it: the largest budget whose fullest iteration is
-predicted within ``slo.tbt_p99_s``, since every decode waits for the whole iteration."""
+"""``token_budget=auto``: the largest budget whose fullest iteration meets ``slo.tbt_p99_s``."""
 from __future__ import annotations
 
 import bisect

@@ -1,5 +1,4 @@
-"""The engine's records as arrow tables of the types a DataFrame of the same rows is written with,
-built from buffers, so that a run writes its results without importing pandas."""
+"""The engine's records as arrow tables typed as pandas would write them, without pandas."""
 from __future__ import annotations
 
 from itertools import chain

@@ -1,5 +1,4 @@
-"""A run directory's on-disk contract (experiments/README.md) and the loader notebooks use. Each
-file is renamed into place, metrics.json last: a run that dies leaves nothing looking complete."""
+"""A run directory's contract; files renamed into place, metrics.json last: no false finish."""
 from __future__ import annotations
 
 import errno

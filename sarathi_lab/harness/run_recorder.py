@@ -1,5 +1,4 @@
-"""What a run writes and logs, one object per run, so that the run, its partial records and a
-task's own serving runs all write the same environment, plan record and inputs."""
+"""What a run writes and logs, one object, so the run, its partials and a task's runs agree."""
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,4 @@
-"""One experiment run. A rerun into a finished run's directory works in `.<dir>.next/` and swaps
-in only once finished, so that a refused, skipped or failed rerun leaves the old run whole."""
+"""One experiment run; a rerun works in `.<dir>.next/`, swapped in once finished, else discarded."""
 from __future__ import annotations
 
 import logging

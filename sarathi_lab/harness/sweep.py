@@ -1,5 +1,4 @@
-"""End-of-sweep report (experiments/README.md). A Hydra callback, so it runs in the launching
-process whatever the launcher; any failed job makes the sweep exit 1 once every job has run."""
+"""End-of-sweep report, a Hydra callback run by the launching process; a failed job: exit 1."""
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,4 @@
-"""What a sweep directory says of its jobs, and the flock on SWEEP_LOCK by which a live sweep holds
-it (recording who and how many jobs); without a record, the job folders alone are judged."""
+"""A sweep directory's jobs, and the flock on SWEEP_LOCK by which a live sweep holds it."""
 from __future__ import annotations
 
 import errno

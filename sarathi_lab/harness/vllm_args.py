@@ -1,5 +1,4 @@
-"""executor=vllm's settings mapped one to one onto vLLM's engine arguments; imports no vLLM, so a
-run is refused before anything is built and tests check the mapping without vLLM."""
+"""executor=vllm's settings as vLLM's engine arguments, without importing vLLM."""
 from __future__ import annotations
 
 import importlib.util

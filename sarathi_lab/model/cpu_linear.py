@@ -1,5 +1,4 @@
-"""CPU linear layers over weights packed at load: the few-row kernel, oneDNN's or MKL's GEMM, then
-(optionally) F.linear, by row count; the boundaries' reasons: docs/cpu_engine.md."""
+"""CPU linear layers over weights packed at load, kernel by row count (docs/cpu_engine.md)."""
 from __future__ import annotations
 
 import torch

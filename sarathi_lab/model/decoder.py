@@ -1,5 +1,4 @@
-"""A LLaMA-family decoder over a flat hybrid token batch and a paged KV cache: every linear layer
-runs once over all the batch's tokens; only attention sees request boundaries."""
+"""A LLaMA-family decoder over a flat hybrid batch: only attention sees request boundaries."""
 from __future__ import annotations
 
 import torch

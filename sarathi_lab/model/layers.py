@@ -1,5 +1,4 @@
-"""A LLaMA-family decoder's blocks over a flat batch [T, hidden]. Each block's elementwise work is
-one fused pass (C++ on the CPU, Triton on CUDA), rounding as the torch fallback here does."""
+"""A LLaMA decoder's blocks over [T, hidden], elementwise work fused, rounding as the fallback."""
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,4 @@
-"""CUDA graphs of nano-batched (cut) batches: per mixed bucket one cut, a graph per pair of prefill
-tiles the two nano-batches' plans may ask for, and each nano-batch's own persistent metadata."""
+"""CUDA graphs of cut batches: a cut per mixed bucket, a graph per pair of prefill tiles."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol

@@ -1,5 +1,4 @@
-"""What the engine's plan asks the simulator for (``executor="sim"``): the KV blocks by the real
-engine's rule (model.memory) on the simulated device, and the cost model, made once per run."""
+"""What the plan asks the simulator for: KV blocks by the engine's rule, and the cost model."""
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,4 @@
-"""What the simulator knows about a device: its ceilings and how close real kernels get to them. The
-GPUs are the YAML files beside this module; ``cpu`` reads this machine's measured ceilings."""
+"""A device's ceilings and kernels' efficiency: GPUs from the YAML here, ``cpu`` measured."""
 from __future__ import annotations
 
 import dataclasses

@@ -54,8 +54,7 @@ def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
 
 
 def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], Surface | None, Surface | None]:
-    """Ops against tokens, prefill attention against (chunk, context before), decode attention
-    against (decodes, context): each point a median, an attention None if not measured."""
+    """Ops by tokens, attention by (chunk, context) or (decodes, context): medians; None: absent."""
     ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict())
            for op, rows in table.groupby("op") if op not in ATTENTION_OPS}
     pre = table[table.op == "prefill_attention"].assign(before=lambda r: r.context - r.tokens)

@@ -34,8 +34,7 @@ def _lerp(xs: list[float], ys: list[float], x: float) -> tuple[float, bool]:
 
 
 def up_to_point(xs: list[float], x: float, within: float) -> float:
-    """On a fine grid a batch costs as the next count measured: a GEMM's tile step sits just past a
-    multiple of the tile. On a coarse grid linear interpolation stays closer."""
+    """On a fine grid a batch costs as the next count (tile steps sit just past multiples)."""
     j = bisect.bisect_left(xs, x)
     if 0 < j < len(xs) and xs[j] != x and xs[j] - xs[j - 1] <= within:
         return xs[j]

@@ -1,5 +1,4 @@
-"""Iteration time from GPU kernels measured on the device, each part of the forward from its own
-measurement; what nobody measured comes from a roofline, named in ``.modelled``."""
+"""Iteration time from GPU kernels measured on the device; unmeasured parts roofline-priced."""
 from __future__ import annotations
 
 import warnings

@@ -1,5 +1,4 @@
-"""How a model is split over GPUs (tensor parallel over heads and MLP, pipeline over layers) and
-the links between them: one GPU's part of a model, for the KV plan and every cost model."""
+"""One GPU's part of a model split over GPUs, and the links between them, for every cost model."""
 from __future__ import annotations
 
 import math

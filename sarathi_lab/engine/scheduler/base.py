@@ -1,5 +1,5 @@
-"""The scheduler interface and registry. Out of cache the newest request is preempted (as vLLM
-does), so the oldest progresses; orca and static reserve max_model_len on admission instead."""
+"""Scheduler interface and registry. Out of cache the newest is preempted, so the oldest
+progresses; orca and static reserve max_model_len on admission instead."""
 from __future__ import annotations
 
 import bisect

@@ -1,5 +1,4 @@
-"""A GPU suite's archive read without trusting it: members only once the whole archive was read and
-found one the suite could have written; else an ArchiveRefused before any file is written."""
+"""A GPU suite's archive read untrusted: members only once the whole was checked."""
 from __future__ import annotations
 
 import gzip

@@ -1,5 +1,4 @@
-"""The suite on your own GPU (``--own``): every step at the paper's setting, no budget, into one
-folder under outputs/ (never docs/, which the provenance-checking writers own)."""
+"""The suite on your own GPU (``--own``): the paper's setting, no budget, under outputs/."""
 from __future__ import annotations
 
 import signal

@@ -1,5 +1,4 @@
-"""Progress of an ``--own`` run from its out directory: a line per finished job or step, with the
-time elapsed and left (the plan's minutes left, scaled by this run's pace against the plan)."""
+"""An ``--own`` run's progress: a line per job or step, time elapsed and left at this pace."""
 from __future__ import annotations
 
 import time

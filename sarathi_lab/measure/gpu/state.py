@@ -138,7 +138,7 @@ def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
 
 
 def archive(out: Path, dest: Path) -> list[str]:
-    """The out directory as one tar.gz; past 16 MiB the largest files go, never RESUME_FILES."""
+    """One tar.gz; past 16 MiB (a common return limit) the largest go, never RESUME_FILES."""
     # Built in ``out``, not in $OUT: a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
     # Regular files only: restore refuses an archive with a link.

@@ -1,5 +1,4 @@
-"""Attention timed on its own: a paged batch built the engine's way, and one layer's attention for a
-prompt prefilled whole against in chunks (chunked prefill's KV re-read)."""
+"""Attention timed alone: a paged batch, and a prompt prefilled whole against in chunks."""
 from __future__ import annotations
 
 import statistics

@@ -1,5 +1,5 @@
-"""The ranks and their process groups: ``control`` waits while the driver idles; each engine's
-groups wait at most collective_timeout_s, so a dead rank ends the run, never hangs it."""
+"""The ranks' process groups: ``control`` waits while the driver idles; an engine's groups at most
+collective_timeout_s, so a dead rank ends the run, never hangs it."""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,4 @@
-"""When each pipeline rank computed each micro-batch, gathered by the driver as numbers. Times are
-perf_counter's (CLOCK_MONOTONIC on Linux): comparable across one machine's processes, not nodes."""
+"""When each rank computed each micro-batch; perf_counter times, comparable on one machine."""
 from __future__ import annotations
 
 import pandas as pd

@@ -1,5 +1,4 @@
-"""The loop of every rank but the driver: build, step, send times, or leave, as commanded. What
-fails here ends the process, whose closed connections end the driver's collectives (naming it)."""
+"""Every non-driver rank's loop; a failure ends the process, whose closed links end the driver's."""
 from __future__ import annotations
 
 import gc

@@ -1,5 +1,4 @@
-"""The compiled Triton kernels: measure/profiling/kernel_check.py in its own process (it refuses
-interpreter-mode Triton); decode KV bandwidth against the env step's copy ceiling."""
+"""The compiled Triton kernels checked (own process), decode KV bandwidth over the copy ceiling."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,4 @@
-"""The ``launch`` step: LLaMA-13B iterations, eager and with CUDA graphs, beside their physical and
-sequential floors; graph memory; co-scheduled attention (``,pod``); kernels per iteration kind."""
+"""The ``launch`` step: iterations eager and graphed against floors, memory, pod, kernels."""
 from __future__ import annotations
 
 import warnings
