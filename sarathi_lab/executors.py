@@ -132,7 +132,7 @@ def _takes(honours: bool | tuple | None, value: Any, default: Any) -> bool:
     return honours is not False or value == default
 
 
-# What a task beyond serving needs: the others drive our engine's batches, a profile our forwards.
+# What a task beyond serving needs: our engine's batches, or (profile) our forwards.
 SERVING_TASKS = ("serve", "capacity")
 TASK_NEEDS = {"profile": ("runs_model", "runs none of our model's forwards")}
 BATCHES_OF_OURS = ("our_engine", "runs no batch of our engine")

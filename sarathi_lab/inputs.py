@@ -76,8 +76,7 @@ def per_request_ints(name: str, value: Any, n: int) -> list[int]:
     return values
 
 
-# The latest a request may arrive (a run waits for its arrivals): a day covers every serving
-# benchmark; a longer trace is compressed with workload.time_scale.
+# The latest arrival a run waits for: a day; compress longer traces with workload.time_scale.
 ARRIVAL_HORIZON_S = 86_400.0
 
 

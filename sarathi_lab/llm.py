@@ -183,8 +183,8 @@ class LLM:
                  arrival_times: Sequence_[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
-        """Each prompt's generated ids, in input order; records land in ``self.metrics``, and the
-        engine stays reusable whatever happens inside (a callback's exception, Ctrl-C)."""
+        """Each prompt's generated ids, in order (records in ``self.metrics``); the engine stays
+        reusable whatever happens inside (a callback's exception, Ctrl-C)."""
         if not self._call_lock.acquire(blocking=False):
             raise RuntimeError("LLM.generate is already running on this LLM (another thread, or "
                                "a callback of the running call): one call at a time; give each "

@@ -3,10 +3,8 @@ measured in a lease the hardware explains, from that lease's files alone:
 
     python -m sarathi_lab.analysis.attribute docs/gpu/h100/2026-11-27_7fae342
 
-prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder. An
-iteration's parts (ms over all layers) sum to its time over the physical floor: overlap gap, GEMM
-efficiency, attention kernels, attention over the best peer, elementwise passes, bucket padding,
-host, and the unattributed rest. A part the lease cannot give says why in ``note``."""
+prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder;
+an iteration's parts sum to its time over the floor, and a part the lease lacks says why."""
 from __future__ import annotations
 
 import csv

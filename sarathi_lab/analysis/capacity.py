@@ -104,7 +104,7 @@ def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_capacity(searches: pd.DataFrame, ax, title: str):
-    """Bars: capacity per scheduler, a group per SLO; the paper's gain over vLLM beside ours."""
+    """Capacity bars per scheduler, a group per SLO; the paper's gain over vLLM beside ours."""
     table = capacity_table(searches)
     gains = table.loc["sarathi_serve / vllm"] if "sarathi_serve / vllm" in table.index else None
     table = table.drop(index="sarathi_serve / vllm", errors="ignore")
@@ -157,7 +157,7 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, sour
 
 
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str):
-    """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the others as points."""
+    """TTFT p50 against P99 TBT: sarathi_serve's budgets a curve, the others points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
     ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-",
             label="sarathi_serve, labelled by token budget")
@@ -187,8 +187,7 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One source's inputs to the claims rows (None: absent): searches, a trade-off at one load,
-    {prompt length: 512-token chunk overhead}, claims.PROVENANCE."""
+    """One source's claims inputs (None: absent): searches, trade-off, overhead, provenance."""
     searches: pd.DataFrame | None = None
     tradeoff: pd.DataFrame | None = None
     overhead: dict[int, float] | None = None
@@ -206,8 +205,7 @@ def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
 
 
 def _ratio_interval(s: pd.Series, v: pd.Series) -> tuple[float, float]:
-    """sarathi_serve's capacity over vllm's, as low and high as the searches' brackets allow (each
-    capacity lies below its highest passing rate times 1 + resolution)."""
+    """sarathi_serve's capacity over vllm's, as low and high as the searches' brackets allow."""
     def bracket(row):
         res = row.get("resolution", 0.0)
         return row.capacity_rps, row.capacity_rps * (1 + res) if pd.notna(res) else np.inf

@@ -141,8 +141,7 @@ def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
 
 
 def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
-    """Each registered result's rows on ``results`` then on ``simulated`` (one Results per cost
-    model). ``only``: the results to check."""
+    """Each result's rows on ``results``, then ``simulated`` (one Results per cost model)."""
     from sarathi_lab.analysis import registry  # its result modules import this one's helpers
 
     chosen = [r for r in registry.RESULTS if only is None or r.name in only]

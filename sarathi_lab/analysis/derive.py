@@ -123,7 +123,7 @@ def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
 
 
 def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
-    """Per point: the P:D of the largest gain, the gain, and the paper's predicted peak."""
+    """Per point: the P:D of the largest gain, the gain, the paper's predicted peak."""
     keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size",
             "seq_len"]
     idx = normalised.groupby(keys).gain.idxmax()
@@ -135,8 +135,7 @@ def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
 
 
 def orca_variant(scheduler: str, stagger: int, align: str = "none") -> str:
-    """Fig. 11a's bar: equal requests run Orca in lock step (worst case); decode lengths staggered
-    by one put B - 1 decodes beside every later prefill (best case)."""
+    """Fig. 11a's bar: equal requests in Orca's lock step; staggered, decodes ride prefills."""
     if scheduler == "orca":
         return "Orca best" if stagger else "Orca worst"
     name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)

@@ -1,5 +1,4 @@
-"""The paper's claims as each GPU measured them, newest run per claim and device, older verdicts as
-history; written into docs/RESULTS.md by ``publish --gpu-claims``."""
+"""The claims as each GPU measured them, newest per device, older as history (RESULTS.md)."""
 from __future__ import annotations
 
 import csv

@@ -280,7 +280,7 @@ class Results:
                           str(self._loaded(name, "summary").iloc[0].get("env.device", "")))
 
     def describe(self, name: str) -> str:
-        """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)'."""
+        """Figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)'."""
         row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured"
                  if recorded_as(self.executor(name)["executor"], "simulated")

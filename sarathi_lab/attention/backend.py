@@ -41,9 +41,8 @@ class AttentionBackend(ABC):
 
     def rope_write_kv(self, rotary, positions: torch.Tensor, qkv: torch.Tensor, num_heads: int, num_kv_heads: int,
                       k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """The queries of ``qkv`` (the fused projection's output) rotated at ``positions``, after
-        its rotated keys and values were stored (``write_kv``); returns [T, heads, head_dim]. A
-        backend may fuse the two steps."""
+        """``qkv``'s queries rotated at ``positions``, after its rotated keys and values were stored
+        (``write_kv``); a backend may fuse the two steps."""
         t, head_dim = qkv.shape[0], k_cache.shape[-1]
         # q and k rotate together: one pass over both, same angles per token.
         qk = rotary(positions, qkv[:, : (num_heads + num_kv_heads) * head_dim].view(t, -1, head_dim))
@@ -86,9 +85,8 @@ def backend_class(name: str, device: torch.device) -> type[AttentionBackend]:
 
 
 def interpreted(name: str, device: torch.device) -> str | None:
-    """Why attention ``name`` on ``device`` times no kernel of its own (off its devices a backend
-    runs Triton's interpreter, tens of times slower), or None. The one home of that answer: the
-    engine warns by it and the harness flags the run's timings by it."""
+    """Why ``name`` on ``device`` times no kernel of its own (Triton's interpreter, tens of times
+    slower), or None: the one answer the engine warns by and the harness flags timings by."""
     cls = backend_class(name, device)
     if device.type in cls.devices:
         return None

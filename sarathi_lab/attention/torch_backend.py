@@ -59,7 +59,7 @@ class TorchAttention(AttentionBackend):
         meta.plan = TorchPlan(_layout(k_cache), False, plan_decodes(meta, block_size, device), masks)
 
     def _planned(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> TorchPlan:
-        # Callers outside the engine (benchmarks, tests) may write or attend without planning first.
+        # Callers outside the engine (benchmarks, tests) may skip planning.
         if not isinstance(meta.plan, TorchPlan) or meta.plan.layout != _layout(k_cache):
             self.plan(meta, k_cache)
         return meta.plan
@@ -141,7 +141,7 @@ class TorchAttention(AttentionBackend):
         numel = n * nblocks * bs * kvh * d
         ws = self._workspace
         if ws is None or ws.numel() < 2 * numel or ws.dtype != k_cache.dtype or ws.device != k_cache.device:
-            # Zero-filled so that every page is mapped once, here, and not on each layer's first touch.
+            # Zero-filled: every page mapped once, here, not on each layer's first touch.
             self._workspace = ws = torch.zeros(2 * numel + numel // 4, dtype=k_cache.dtype, device=k_cache.device)
         blocks = blocks.reshape(-1)
         k = torch.index_select(k_cache, 0, blocks, out=ws[:numel].view(n * nblocks, bs, kvh, d))

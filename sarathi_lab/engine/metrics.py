@@ -130,7 +130,7 @@ def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, f
     return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, found)}
 
 
-# Queue growth over the arrivals that marks arrivals outpacing service: this many, and this share.
+# Queue growth over the arrivals marking arrivals outpacing service: this many, this share.
 SATURATION_MIN_GROWTH = 4
 SATURATION_MIN_SHARE = 0.1
 

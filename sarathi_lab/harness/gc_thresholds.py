@@ -1,4 +1,4 @@
-"""Fewer GCs in a simulated run (millions of long-lived objects); real runs keep defaults."""
+"""Fewer GCs in a simulated run (few cycles); a real run keeps defaults: pauses land in times."""
 from __future__ import annotations
 
 import contextlib

@@ -43,7 +43,7 @@ def preflight(cfg: RunConfig) -> Checked:
             raise ConfigError(f"workload.path={cfg.workload.path!r} is invalid with task=capacity: "
                               f"its {workload.num_requests} replayed rows all arrive at once, so "
                               "the search has no rate to scale")
-        # Before the KV cache, which a simulated device sizes around the budget's largest iteration.
+        # Before the KV cache: a simulated device sizes it around the budget's largest iteration.
         engine, budget, keys = _token_budget(cfg, workload, keys)
     with named_as(keys):
         return _fitted(cfg, workload, limits, engine, budget)

@@ -78,7 +78,7 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
     llm = _build_llm(cfg, checked)
     recorder = RunRecorder(
         cfg, llm, resolved_config, ctx.overrides, inputs,
-        # What the plan settled that the config does not say (an auto budget, the KV cache's size).
+        # What the plan settled beyond the config (an auto budget, the KV cache's size).
         plan_record=checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens},
         group=ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name),
         run_dir=ctx.status_dir)
@@ -140,7 +140,7 @@ def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
     try:
         _serve(llm, workload)
     except KeyboardInterrupt:
-        # Metrics are appended live: what was measured before the signal is whole, just incomplete.
+        # Metrics are appended live: what was measured before a signal is whole, just incomplete.
         recorder.save_partial(llm.metrics.summary(slo), engine_tables(llm.metrics))
         raise
     summary, tables = llm.metrics.summary(slo), engine_tables(llm.metrics)
@@ -238,8 +238,7 @@ def _move_log_file(src: Path, dst: Path) -> None:
 
 def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path,
                        sweep_job: bool = False, inputs: dict[str, Any] | None = None) -> bool:
-    """True: keep (skip), False: overwrite. A sweep's job keeps its own config's run under
-    ``refuse`` too (a rerun sweep resumes), where config and ``inputs`` match."""
+    """True: keep (skip), False: overwrite; a sweep's job keeps its own run under ``refuse`` too."""
     if cfg.on_existing == "refuse" and not sweep_job:
         raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; "
                           "on_existing=skip keeps it, on_existing=overwrite replaces it")

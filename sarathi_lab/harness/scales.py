@@ -9,8 +9,7 @@ from omegaconf import OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
-# gpu: the paper's model scaled to a time-limited GPU; own: the paper's setting, for a GPU without
-# such a limit; dry: one tiny CPU job that checks each sweep's path.
+# gpu: the paper's model scaled to a time limit; own: the paper's setting; dry: one tiny CPU job.
 SCALES = ("gpu", "own", "dry")
 
 

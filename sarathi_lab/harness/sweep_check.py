@@ -77,8 +77,8 @@ def _may_be_ignored(key: str) -> bool:
 
 def collapse_ignored(config: DictConfig,
                      jobs: list[list[str]]) -> tuple[list[list[str]], list[str]]:
-    """Jobs differing from an earlier one only in keys they ignore left out (``-m chunk=256,512
-    scheduler=vllm,sarathi`` runs vllm once); a refused job is kept for the preflight to refuse."""
+    """Jobs differing from an earlier one only in keys they ignore left out (``chunk=256,512
+    scheduler=vllm,sarathi`` runs vllm once); refused ones kept for the preflight."""
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.results import override_key
     from sarathi_lab.model import ModelLoadError

@@ -54,7 +54,7 @@ def check_vllm(plan: EnginePlan) -> None:
     cfg = plan.config
     cap = cfg.scheduler_knobs.get("max_num_batched_tokens")
     if cfg.scheduler == "vllm" and cap is not None and cap < plan.max_model_len:
-        # Our vllm scheduler runs a longer prompt alone past the cap; vLLM without chunking refuses.
+        # Our vllm scheduler runs a longer prompt alone; vLLM without chunking refuses it.
         raise ConfigError(f"scheduler.max_num_batched_tokens={cap} is invalid with "
                           "engine.executor=vllm: vLLM without chunked prefill needs room for the "
                           f"longest request ({plan.max_model_len} tokens); allowed: null or >= "

@@ -82,7 +82,7 @@ class _Call:
     internal: dict[str, RequestRecord] = field(default_factory=dict)
     prompt_len: dict[str, int] = field(default_factory=dict)
     outputs: dict[int, list[int]] = field(default_factory=dict)
-    # Iteration records of the last step not yet handed to the client (a step may schedule twice).
+    # The last step's iteration records not yet handed out (a step may schedule twice).
     ready: deque = field(default_factory=deque)
 
     def unfinished(self) -> list[str]:

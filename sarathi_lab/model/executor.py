@@ -62,8 +62,7 @@ class ModelExecutor(Samples, Executor):
                 else self.graphs.replay(prepared, graph))
 
     def plan_ahead(self, batch: ScheduledBatch) -> None:
-        """The next batch's likely attention plan made while this one's forward runs: if it comes as
-        predicted, its planning is a cache hit off the critical path."""
+        """The likely next batch planned during this forward: if it comes, a cache hit."""
         likely = self.likely_next(batch) if self.likely_next is not None else None
         if likely is not None:
             self.runner.warm(likely)

@@ -29,9 +29,8 @@ class GraphOwner(Protocol):
 
 
 def bucket_cut(rule: OverlapRule, bucket: int) -> int | None:
-    """The cut of a batch filling ``bucket``. Buckets past one GEMM tile end at its multiples, so
-    every batch of such a bucket is cut at the same token, unless its prefill ends before: that one
-    runs eagerly."""
+    """The cut of a batch filling ``bucket``: buckets past a GEMM tile end at its multiples, so each
+    batch of one is cut at one token, unless its prefill ends before (then eager)."""
     return rule.cut(bucket, bucket, 1)
 
 
@@ -74,8 +73,7 @@ class PartBuffers:
 
 
 class NanoGraphs:
-    """The cut graphs of ``owner`` (a CudaGraphs, sharing its buckets, buffers and planning): none
-    unless ``rule`` cuts some bucket."""
+    """The cut graphs of ``owner`` (a CudaGraphs, sharing buffers); none unless ``rule`` cuts."""
 
     def __init__(self, owner: GraphOwner, rule: OverlapRule, max_batch: int, max_blocks: int):
         self.owner, self.max_batch = owner, max_batch

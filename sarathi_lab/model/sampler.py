@@ -1,5 +1,4 @@
-"""Next-token choice. Each row's draw is keyed by (seed, request, position), so a request's tokens
-never depend on its batch (docs/cpu_engine.md)."""
+"""Next-token choice, each draw keyed by (seed, request, position): tokens never depend on batch."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ class Sampler:
         self.params = params
         self.seed = params.seed if params.seed is not None else 0
         self.greedy = params.temperature == 0
-        # T is divided as a float32: below float32's smallest normal it would round to 0 (0 / 0).
+        # T divides as float32: below its smallest normal it would round to 0 (0 / 0).
         self.temperature = max(params.temperature, torch.finfo(torch.float32).tiny)
 
     def __call__(self, logits: torch.Tensor,

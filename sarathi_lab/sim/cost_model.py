@@ -89,15 +89,14 @@ class CostModel(abc.ABC):
                    cost_model: str = "roofline", dtype: str = "bfloat16",
                    profile: str | Path | None = None, tp: int = 1, pp: int = 1) -> CostModel:
         """``profile``: the CSV for cost_model="profile" (default
-        ``profiles/<device>/<model>.csv``); ``tp``/``pp``: tensor-parallel GPUs, pipeline stages. A
-        refusal names the engine's settings."""
+        ``profiles/<device>/<model>.csv``); a refusal names the engine's settings."""
         config, k = model, SETTING
         if isinstance(model, str):
             # A model whose GPU kernels were measured but which is no preset.
             measured_only = model not in PRESETS and model in gpu_kernels.model_shapes().index
             config = gpu_kernels.config_of(model) if measured_only else load_config(model)
         check_choice(k("dtype"), dtype, DTYPES)
-        # What the engine runs for dtype there: its element size is what every byte count must use.
+        # The dtype the engine runs there: its element size is every byte count's.
         dtype = device_dtype(device, dtype)
         own_table = profile is not None or (isinstance(model, str)
                                             and profile_path(device, model).is_file())

@@ -51,7 +51,7 @@ class Device:
     host_per_token_s: float
     kv_reread: bool = True
     sources: tuple[str, ...] = field(default=())
-    # Fitted efficiencies (calibration.py), read by sim_cost_model=calibrated instead of the shares.
+    # Fitted efficiencies (calibration.py), which sim_cost_model=calibrated reads instead.
     calibration: Calibration | None = None
 
     def __post_init__(self):

@@ -1,5 +1,4 @@
-"""Measured GPU kernel times shipped with the simulator: one layer's kernel on one GPU per row
-(data/gpu_kernels/README.md: sources, licence, columns)."""
+"""Measured GPU kernel times, a layer's kernel on a GPU per row (data/gpu_kernels/README.md)."""
 from __future__ import annotations
 
 import functools

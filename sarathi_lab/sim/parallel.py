@@ -98,7 +98,7 @@ class StageTimes:
     after_s: float = 0.0
     receive_s: float = 0.0
     first_host_s: float | None = None
-    # Each stage's layers over the first stage's where they do not split evenly; () where they do.
+    # Each stage's layers over the first's where they do not split evenly; () where they do.
     layer_share: tuple[float, ...] = ()
 
     def on(self, stage: int, stages: int) -> float:

@@ -32,8 +32,8 @@ class _InFlight(NamedTuple):
 
 
 class SimulatedPipelineExecutor(PipelineExecutor):
-    """``depth`` micro-batches in flight (default one a stage). ``waiting_since``: when stage 0 had
-    each one's work, where the loop waited for an arrival on an empty pipeline (NaN: it did not)."""
+    """``depth`` micro-batches in flight (default one a stage). ``waiting_since``: when stage 0
+    had each one's work after waiting on an empty pipeline (NaN: it did not wait)."""
 
     def __init__(self, cost: StageCosts, clock: VirtualClock, eos_token_id: int | None = None,
                  depth: int | None = None):

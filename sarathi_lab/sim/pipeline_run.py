@@ -48,7 +48,7 @@ def serve_pipeline(scheduler: Scheduler, cost: StageCosts, lengths: list[tuple[i
     start = np.array([b for b, _ in spans]).T.reshape(cost.stages, len(spans))
     end = np.array([e for _, e in spans]).T.reshape(cost.stages, len(spans))
     bubbles = micro_batch_bubbles(start, end, executor.waiting_since)
-    # Micro-batches leave in the order they entered: the engine's iterations are theirs, in order.
+    # Micro-batches leave in entry order: the engine's iterations are theirs, in order.
     riders = [(*it.prefill_request_ids, *it.decode_request_ids) for it in metrics.iterations]
     return PipelineRun(metrics, request_bubbles(bubbles, riders, len(seqs)), bubbles,
                        list(executor.stage_busy_s), start, end)

@@ -73,7 +73,7 @@ class ProfileCostModel(CostModel):
 
     @classmethod
     def applies(cls, choice: Choice) -> bool:
-        # Else the expected device's table, where the model's kernels were not measured on this one.
+        # Else the expected device's table, where this one lacks the model's kernels.
         unmeasured = choice.measured_name not in gpu_kernels.measured(choice.device)
         return choice.tp == 1 and (choice.own_table or unmeasured)
 
@@ -87,8 +87,7 @@ class ProfileCostModel(CostModel):
 
     def __init__(self, table: pd.DataFrame, config: ModelConfig, dtype: str = "bfloat16",
                  source: str = "table", beyond: RooflineCostModel | None = None):
-        """``beyond``: a roofline pricing dense ops past the largest token count measured (a
-        launch-bound end slope says nothing there); None: that slope carries on."""
+        """``beyond``: a roofline past the measured counts; None: the end slope goes on."""
         super().__init__(config, dtype)
         self.beyond = beyond
         missing = [c for c in COLUMNS if c not in table.columns]
@@ -126,8 +125,7 @@ class ProfileCostModel(CostModel):
         self._dense_cache: dict[int, tuple[float, bool]] = {}
 
     def _shared_attention(self, hybrids: pd.DataFrame | None, floor: float) -> float:
-        """What a hybrid pays once for all its parts: the median of the measured hybrids' excess, at
-        most the smaller part; without hybrid rows, ``floor``."""
+        """A hybrid's once-paid cost: the median measured excess (at most the smaller part)."""
         if hybrids is None:
             return floor
         excess = []

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 # Here, where both measure/profiling/ops.py and the profile cost model read them.
 OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
-# Names the GPU lease whose profiles every reader takes (docs/gpu/leases.md), instead of the newest.
+# The GPU lease whose profiles every reader takes (docs/gpu/leases.md), not the newest.
 LEASE_ENV = "SARATHI_PROFILE_LEASE"
 
 

@@ -43,7 +43,7 @@ class RooflineCostModel(CostModel):
         e = self.elem_bytes
         # phi-2's parallel block: attention and MLP read one norm.
         self.norms = 2 if s.gated else 1
-        # The residual adds move as much again as two norms (the engine fuses each add into a norm).
+        # The residual adds move as much as two norms (the engine fuses each into a norm).
         self.pointwise_elems = {"norm": self.norms * pointwise_elems("norm", s),
                                 "add": 4 * s.hidden, "rope": pointwise_elems("rope", s),
                                 "act": pointwise_elems("act", s)}

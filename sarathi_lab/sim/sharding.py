@@ -27,7 +27,7 @@ class Parallelism:
     def __post_init__(self):
         for key in ("tp", "pp"):
             check_count(f"sim.parallel.{key}", getattr(self, key), 1)
-        # A NaN bandwidth never lets the simulated clock pass a finite time: the run would not end.
+        # A NaN bandwidth never lets the clock pass a finite time: the run would not end.
         for key in ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s"):
             value, bandwidth = getattr(self, key), key.endswith("bandwidth")
             number = not isinstance(value, bool) and isinstance(value, (int, float))
@@ -43,9 +43,8 @@ class Parallelism:
 
 
 def shard_config(config: ModelConfig, par: Parallelism, model: str = "") -> ModelConfig:
-    """The part of ``config`` one GPU runs, by the engine's rule (model/parallel/): the vocabulary
-    padded as vLLM pads it, the first stage's layers (the most of any). A split the engine refuses
-    is refused in one line naming sim_tp or sim_pp."""
+    """The part of ``config`` one GPU runs, by the engine's rule (model/parallel/); a split the
+    engine refuses is refused in one line naming sim_tp or sim_pp."""
     with marked_as({"tensor_parallel": "sim_tp", "pipeline_parallel": "sim_pp"}):
         shard = TensorShards.of(config, 0, par.tp, model, pad_vocab=True).local_config(config)
         shard.num_hidden_layers = Stage.of(config.num_hidden_layers, par.pp, 0, model).num_layers

@@ -20,8 +20,7 @@ SIM_TOLERANCE = 0.15
 
 
 def ratios(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per seed and baseline: its median bubble per request over SARATHI's, measured and simulated,
-    and the simulated ratio's relative gap to the measured one."""
+    """Per seed and baseline: median bubble over SARATHI's, measured, simulated, and their gap."""
     rows = []
     for seed, runs in summary.groupby("seed" if "seed" in summary else np.zeros(len(summary))):
         # NaN where a run has none (a run without a profile to predict it has no sim_* values).
@@ -100,7 +99,7 @@ def _cdf(ax, values: np.ndarray, **style) -> None:
 def figure(results, simulated=None):
     from sarathi_lab.analysis import figures
 
-    # Each request's measured and simulated bubble and finish; its run's swept keys are its columns.
+    # Each request's measured and simulated bubble and finish, its run's swept keys as columns.
     requests, summary = results.table(NAME, "request_bubbles"), results.summary(NAME)
     colors = dict(zip(LABELS, figures.sns.color_palette("deep", len(LABELS))))
     fig, (cdf, done, bars) = figures.subplots(1, 3, figsize=(17, 5), width_ratios=[3, 3, 2])
@@ -109,7 +108,7 @@ def figure(results, simulated=None):
         runs = requests[requests.scheduler == name]
         if not len(runs):
             continue
-        # One seed's requests drawn (the others are repeats; the ratios below are over every seed).
+        # One seed's requests drawn (the rest repeat; the ratios below are over every seed).
         one = runs[runs.seed == first_seed] if first_seed is not None else runs
         for prefix, ls, what in (("", "-", "measured"), ("sim_", "--", "simulated")):
             _cdf(cdf, one[f"{prefix}bubble_s"].to_numpy(), color=colors[name], ls=ls,
@@ -141,7 +140,7 @@ def figure(results, simulated=None):
            if len(model) else "the simulator")
     if ({"sim_message_8b_s", "sim_message_1048576b_s"} <= set(summary)
             and summary.sim_message_8b_s.notna().any()):
-        # Each job measured its own link: the range over the jobs, not the first job's table alone.
+        # Each job measured its own link: the range over jobs, not the first one's table.
         small, large = 1e6 * summary.sim_message_8b_s, 1e6 * summary.sim_message_1048576b_s
         how = re.sub(r"sends .*a message", f"sends {small.min():.0f}-{small.max():.0f} us (8 B) to "
                      f"{large.min():.0f}-{large.max():.0f} us (1 "

@@ -13,7 +13,7 @@ CLAIM = "Stall-free batching keeps P99 TBT below vllm's and orca's at every load
 def claims(results) -> list[dict]:
     summary = results.summary("scheduler_latency")
     rivals = ["vllm", "orca"]
-    # Every named scheduler a column: one whose runs all failed is NaN (not judged), not a KeyError.
+    # Every named scheduler a column: one whose runs all failed is NaN, not a KeyError.
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler",
                               values="itl_p99_s").reindex(
         columns=["sarathi_serve", *rivals])

@@ -195,9 +195,8 @@ class Scheduler(ABC):
         return dropped
 
     def _admits(self, seq: Sequence) -> bool:
-        """Only while all its tokens' blocks are free (Sarathi-Serve's can_allocate): one admitted
-        on its first chunk alone finds later chunks' blocks taken by decodes and recomputes
-        forever."""
+        """Only while all its tokens' blocks are free (can_allocate): one admitted on its first
+        chunk alone finds later chunks' blocks taken by decodes and recomputes forever."""
         return self.blocks.can_admit(seq, self._admission_tokens(seq))
 
     def _admission_tokens(self, seq: Sequence) -> int:
@@ -311,7 +310,7 @@ def scheduler_config(name: str, knobs: dict[str, Any] | None = None,
 
 
 def unknown_knob(key: str, shown: str) -> ConfigError:
-    """A misspelt engine setting lands here too (LLM(chunk=256)): the nearest of both is named."""
+    """A misspelt engine setting lands here too (LLM(chunk=256)): the nearest of both named."""
     known = knob_names()
     names = sorted(known | ENGINE_FIELDS - {"scheduler_knobs"})
     near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)

@@ -26,7 +26,7 @@ SHARED = ("device", "dtype", "threads", "clock", "cpu_linear")
 
 @dataclass(frozen=True)
 class Report:
-    """What is printed around a case's table once every point is measured."""
+    """Printed around a case's table once every point is measured."""
     head: list[str]
     title: str | None = None
     extra: dict = field(default_factory=dict)
@@ -177,8 +177,7 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
 
 
 def as_isa(case: Case, p: argparse.ArgumentParser, name: str, argv: list[str]) -> None:
-    """The environment set, then the case run again in a fresh interpreter: the libraries read
-    their ISA settings when they load."""
+    """The environment set, the case rerun in a fresh interpreter: libraries read ISA at load."""
     from sarathi_lab.measure.profiling import isa
     from sarathi_lab.measure.profiling.machine import cpu_flags
 

@@ -63,8 +63,7 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
 
 
 def run_worker(job: dict, watch: Progress | None = None) -> int:
-    """worker.main's ``job``; its exit status, -SIGTERM past the deadline. Interrupted, the worker
-    is stopped as at a deadline so runs save what they measured."""
+    """worker.main's ``job``; its exit status. Interrupted: stopped as at a deadline."""
     # Weights drawn in float32, cast one by one: freed pages return before the KV cache.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "PYTHONUNBUFFERED": "1"} | dict(os.environ)
@@ -126,7 +125,7 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
             return True
         if out_of_time:
             break
-        # A worker that ended on its own went through its batch: its deferrals wait for next call.
+        # A worker that ended on its own went through its batch: deferrals wait for the next call.
         todo = [s for s in left if s not in batch] if code == 0 else left
     return False
 

@@ -1,5 +1,4 @@
-"""A step's engine code: a hash of the source files its numbers depend on, the same from a working
-tree (no .git on a GPU machine) as from a commit."""
+"""A step's engine code: a hash of its sources, alike from a tree (no .git on a GPU) or a commit."""
 from __future__ import annotations
 
 import hashlib

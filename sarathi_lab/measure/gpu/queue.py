@@ -83,7 +83,7 @@ def ordered(steps: tuple[Step, ...] = STEPS,
 
 @dataclass(frozen=True)
 class Record:
-    """One earlier result of a step: where it ran, how long it took, at which engine code."""
+    """One earlier result of a step: where, how long, at which engine code."""
     step: str
     status: str
     seconds: float

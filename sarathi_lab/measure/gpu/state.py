@@ -83,8 +83,7 @@ def write_result(out: Path, result: StepResult) -> None:
 
 
 def restore(out: Path, archive: Path) -> int:
-    """Files of an archive that ``out`` lacks, never overwriting; returns how many. An archive the
-    suite could not have written is refused before anything is written."""
+    """An archive's files ``out`` lacks, never overwriting; a foreign archive refused first."""
     label = f"--restore={archive}"
     with archive_members.open_archive(archive, label) as (tar, members):
         planned = [(member, archive_members.inside(out, name,

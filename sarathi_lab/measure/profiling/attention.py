@@ -61,8 +61,8 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS,
                    num_kv_heads: int = LLAMA_KV_HEADS, head_dim: int = LLAMA_HEAD_DIM,
                    dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                    attention: str = "auto", block_size: int = 16, reps: int = 5) -> dict:
-    """Every call follows an L2 flush, as a real model's other layers would, and is timed by CUDA
-    events with the GPU kept ahead of the host: a 64-token chunk's kernel takes microseconds."""
+    """Every call after an L2 flush, as in a real model, timed by CUDA events with the GPU kept
+    ahead of the host: a small chunk's kernel takes microseconds."""
     device = torch.device(device)
     backend = make_backend(attention, device)
     blocks = blocks_for(seq_len, block_size)

@@ -1,5 +1,4 @@
-"""The shapes at which the engine's attention is timed against its peers, their metric names, and
-the grid's time by arithmetic. Torch-free: the suite's plan reads it."""
+"""The attention grid's shapes, metric names and time by arithmetic; torch-free for the plan."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -86,8 +86,7 @@ def cudnn_available(device: torch.device) -> bool:
 
 
 def sdpa_call(case: Case, x: Inputs, backend: SDPBackend | None) -> Callable[[], torch.Tensor]:
-    """Bottom-right causal for a chunk over a prefix: a boolean mask for cuDNN, as CausalBias would
-    hand the lower-right case to flash whatever the backend."""
+    """Bottom-right causal as a boolean mask for cuDNN: CausalBias would hand it to flash anyway."""
     gqa = case.heads != case.kv_heads
     mask = None
     if case.kind == "chunk" and case.prefix:

@@ -49,8 +49,8 @@ class Kernel:
 
 
 def groups_of(names: list[str], layers: int, chunk: bool) -> list[str]:
-    """Norm j of 2 * layers + 1 opens qkv (even j), gate_up (odd j) or the LM head (the last). Where
-    the norms do not count out, every GEMM is ``gemm``."""
+    """Norm j of 2 * layers + 1 opens qkv (even j), gate_up (odd j) or the LM head (the last);
+    where the norms do not count out, every GEMM is ``gemm``."""
     kinds = [kind_of(n) for n in names]
     per = 2 * layers + 1
     norms = kinds.count("norm")

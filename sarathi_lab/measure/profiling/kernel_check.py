@@ -2,8 +2,7 @@
 a CUDA GPU, then timed beside the torch backend; the result is data (``KernelCheck``), which the GPU
 suite's kernels step reads from ``--json``, and the lines a person reads.
 
-The CPU tests run the same kernels in Triton's interpreter, which cannot see what only compiled code
-does (bf16 tl.dot, tf32, real tiling and memory traffic); this is the GPU half."""
+The GPU half of the CPU tests: Triton's interpreter cannot see bf16 tl.dot, tf32 or real tiling."""
 from __future__ import annotations
 
 import os

@@ -19,9 +19,8 @@ OVERLAP = OverlapRule("nano_batch")
 
 def measure_overlap(llm, chunk: int, decodes: int, context: int, reps: int,
                     rule: OverlapRule = OVERLAP) -> tuple[dict, list[dict]]:
-    """Milliseconds of the batch's forward whole and nano-batched (medians of ``reps`` interleaved
-    rounds), the outputs' largest relative difference and greedy agreement; and the nano-batched
-    forward's kernels per stream, replayed and eager (none off CUDA)."""
+    """The forward's ms whole and nano-batched (interleaved medians), the outputs' largest
+    difference and greedy agreement; the nano-batched kernels per stream (none off CUDA)."""
     runner, clock = llm.engine.executor.runner, llm.engine.clock
     kept = runner.overlap
     batches = SyntheticBatches(llm, seed=0)
@@ -105,7 +104,7 @@ def concurrent_ms(rows: list[dict]) -> float:
 
 
 def streams_busy_ms(rows: list[dict]) -> dict[int, float]:
-    """Each stream's kernel time, in ms."""
+    """Per stream, in ms."""
     out: dict[int, float] = {}
     for r in rows:
         out[r["stream"]] = out.get(r["stream"], 0.0) + r["dur_us"] / 1e3

@@ -23,7 +23,7 @@ from sarathi_lab.sim.sharding import Parallelism, shard
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
 DECODE_CONTEXT = 1089  # every measured batch size has a decode row here
-# kind -> (prefill chunks as (chunk, context once cached), decodes): shapes the measurements hold.
+# kind -> (chunks as (chunk, context cached), decodes): the measured shapes.
 ITERATIONS = {
     **{f"decode b={b}": ([], b) for b in (1, 4, 16, 32, 64, 128)},
     **{f"prefill {c}@{x}": ([(c, x)], 0) for c, x in ((112, 112), (288, 288), (512, 512),

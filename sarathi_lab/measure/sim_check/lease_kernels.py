@@ -35,8 +35,7 @@ def _model_of_heads(models: list[str]) -> dict[tuple[int, int], str]:
 
 
 def lease_kernels(lease: Path) -> pd.DataFrame:
-    """One layer on one GPU, seconds: each projection's median cuBLAS time per token count, and the
-    engine's attention per batch."""
+    """One layer on one GPU, seconds: cuBLAS projections by tokens, engine attention by batch."""
     import pandas as pd
 
     gemm = pd.read_csv(lease / GEMM_TABLE)

@@ -41,8 +41,8 @@ def zipf_lengths(n: int, low: int, high: int, theta: float, pd_ratio: float,
 
 
 def gpu_scheduler(name: str, cost: StageCostModel, max_batch_size: int = 32, chunk_size: int = 256):
-    """``name`` over the cache one GPU of a stage holds: each GPU holds its layers' and heads' cache
-    of every request in flight, so the shard's capacity is the pipeline's."""
+    """``name`` over the cache one GPU of a stage holds (its layers' and heads' of every request in
+    flight): the shard's capacity is the pipeline's."""
     tokens = kv_capacity_tokens(cost.roofline.device, cost.shard, cost.roofline.elem_bytes,
                                 chunk_size + max_batch_size)
     blocks = BlockManager(tokens // EngineConfig.block_size, EngineConfig.block_size, KV_WATERMARK)

@@ -133,7 +133,7 @@ def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Ru
 
 def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5):
     """How much slower than while profiled the host runs now (1.1: 10%), from the profile's drift
-    reference (the simulator cannot know the host moved); NaN without one."""
+    reference: the simulator cannot know the host moved. NaN without one."""
     drift = profile_description(path).get("drift")
     if not drift:
         return lambda: math.nan
@@ -184,7 +184,7 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
            "arrival": "all_at_once" if case.arrivals is None else "poisson",
            "iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
     row |= batch_errors(real, sim)
-    # A repeat under Poisson arrivals may batch differently: then there is no per-iteration spread.
+    # A Poisson repeat may batch differently: then no per-iteration spread.
     row["real_iter_median_abs_rel_spread"] = float("nan")
     if again is not None and len(again.iterations) == len(real.iterations):
         spread = again.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1

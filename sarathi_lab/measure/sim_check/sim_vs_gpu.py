@@ -52,7 +52,7 @@ from sarathi_lab.sim.profiles import profile_path
 COST_MODELS = SIM_COST_MODELS
 SERVE = "serve"
 LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
-# Keys of the measured run's command line its simulated rebuild sets itself (or must not inherit).
+# Command-line keys a simulated rebuild sets itself (or must not inherit).
 _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logger", "on_existing"}
 # Keys a recorded run may hold under their old name: rebuilt under today's.
 _MOVED = {"measure.chunk_align": "scheduler.chunk_align"}

@@ -69,7 +69,7 @@ def pinned_ranks(llm):
     group = getattr(llm.engine.executor, "group", None)
     pids = [os.getpid(), *(p.pid for p in (getattr(group, "processes", None) or []))]
     if len(pids) < llm.config.world_size:
-        # Under torchrun the other ranks are not this process's children: nothing to pin from here.
+        # Under torchrun the other ranks are not this process's children: nothing to pin.
         log.warning("measure.pin_stages: %d of %d ranks are this process's own; "
                     "the others stay unpinned", len(pids), llm.config.world_size)
     for pid, core in zip(pids, cores):
@@ -123,8 +123,8 @@ def measure_handoff(cfg, llm) -> Handoff | None:
 def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
              max_in_flight: int | None = None, profile: Path | None = None,
              cores: list[int] | None = None, handoff: Handoff | None = None):
-    """The same run on the simulated pipeline, priced by this device's profile and a link measured
-    now: (result, cost model's description, link), or (None, why, None)."""
+    """The run on the simulated pipeline, priced by this device's profile and a link measured now:
+    (result, its cost model, link), or (None, why, None)."""
     cfg = llm.config
     path = profile or own_profile_path(_device(llm)[0], cfg.model)
     if not Path(path).is_file():

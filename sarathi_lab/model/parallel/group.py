@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from sarathi_lab.host_features import usable_cores
 
-# The driver may idle between generate calls at will; one that dies closes its connections at once.
+# The driver may idle between generate calls; one that dies closes its connections at once.
 CONTROL_TIMEOUT = timedelta(days=7)
 # Starting (import torch, meet) takes longer than a step's collectives may wait.
 JOIN_TIMEOUT_S = 300.0

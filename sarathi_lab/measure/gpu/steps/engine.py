@@ -1,5 +1,4 @@
-"""The engine against transformers: greedy tokens equal in float32 for Llama, Mistral and Qwen2
-under every scheduler and backend, first tokens in bfloat16."""
+"""The engine against transformers: equal greedy tokens (float32) under every scheduler, backend."""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,4 @@
-"""A paper result's experiment as a Hydra sweep (overlay ``experiment=gpu/NAME``). The dry run
-checks every GPU job's schema and KV plan, then runs one tiny job."""
+"""A paper result's sweep (``experiment=gpu/NAME``); dry: every job's schema and plan, one run."""
 from __future__ import annotations
 
 import itertools

@@ -1,5 +1,4 @@
-"""The ``tune`` step: attention tile configs and split-rule knobs per work kind, and cuBLAS against
-Triton split-K per projection, into the device's tuned table."""
+"""The ``tune`` step: attention tiles and split rule, cuBLAS or split-K, into the tuned table."""
 from __future__ import annotations
 
 import csv
