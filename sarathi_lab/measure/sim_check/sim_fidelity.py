@@ -43,7 +43,7 @@ VIDUR = "the vidur project's measured"
 
 def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     """Left: predicted / measured per iteration and cost model; right: hold-out error per model."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
     devices = sorted(iterations.device.unique())
     fig = Figure(figsize=(13, 3.6 * len(devices)))
@@ -241,7 +241,7 @@ def _engine_label(name: str, device: str) -> str:
 
 def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     """Per (device, model): prefill and decode forwards measured and predicted; each op's ratio."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
     from sarathi_lab.measure.sim_check.engine_fidelity import models_in
 
