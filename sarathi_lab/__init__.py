@@ -1,5 +1,4 @@
-"""sarathi_lab: chunked prefill (SARATHI, Sarathi-Serve) measured on a real paged-KV engine. Public
-names are imported on first use: ``import sarathi_lab`` (and every ``--help``) pays for no torch."""
+"""sarathi_lab: chunked prefill on a paged-KV engine; names load lazily (no torch for --help)."""
 
 from __future__ import annotations
 

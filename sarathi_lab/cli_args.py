@@ -1,5 +1,4 @@
-"""The project's command-line parser: a refusal is one line and exit 2, as ``sarathi_lab.run``
-gives one, instead of argparse's usage block. Standard library only: every ``--help`` imports it."""
+"""The command-line parser: a refusal is one line, exit 2; stdlib only: every --help loads it."""
 from __future__ import annotations
 
 import argparse

@@ -14,8 +14,8 @@ COMMIT_ENV = ("SARATHI_COMMIT", "SARATHI_GPU_COMMIT")
 
 
 def source_commit() -> tuple[str | None, str | None]:
-    """(commit, where read): the clone's HEAD ('git'), else COMMIT_ENV's first set (its name),
-    else pip's record of a git URL ('pip'); (None, None) where none says."""
+    """(commit, where read): HEAD ('git'), else COMMIT_ENV's first set, else pip's git URL
+    record ('pip'); (None, None) where none says."""
     if commit := _git("rev-parse", "HEAD"):
         return commit, "git"
     for name in COMMIT_ENV:

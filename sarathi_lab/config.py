@@ -25,7 +25,7 @@ DTYPES = tuple(DTYPE_BYTES)
 CPU_LINEARS = ("auto", "mkl", "onednn", "aten")
 SIM_COST_MODELS = ("roofline", "profile", "calibrated")
 EXECUTORS = executor_names()
-MAX_SEED = 2**64 - 1  # numpy's and torch's generators both take seeds in [0, 2**64)
+MAX_SEED = 2**64 - 1  # numpy's and torch's generators both take [0, 2**64)
 KV_WATERMARK = 0.01  # vLLM's and sarathi-serve's default
 # Past half, most of the cache idles, and the default cache, sized with it on top, grows unbounded.
 MAX_KV_WATERMARK = 0.5
@@ -34,8 +34,7 @@ GPU_MEMORY_UTILISATION = 0.9  # vLLM's gpu_memory_utilization default
 
 @dataclass(frozen=True)
 class Keys:
-    """How the edge names settings; ``shown``: a value as the user wrote it (token_budget=auto)
-    where the engine refuses what it became."""
+    """How the edge names settings; ``shown``: a value as the user wrote it (token_budget=auto)."""
     names: Mapping[str, str] = field(default_factory=dict)
     prefix: str = ""
     knob_prefix: str = ""
@@ -204,7 +203,6 @@ def as_python_number(value: Any) -> Any:
     """numpy's numbers as Python's, which every setting takes."""
     if isinstance(value, (bool, int, float)):
         return value
-    # numpy 2's and 1's
     if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
         return bool(value)
     if isinstance(value, numbers.Integral):

@@ -1,6 +1,6 @@
 """What runs a batch (``engine.executor``), registered with its capabilities as class attributes:
-settings it cannot honour are refused before any work, and nothing outside this registry compares
-an executor's name. Torch-free, so that the config at the bottom checks against it."""
+settings it cannot honour are refused before any work, and nothing outside this registry compares an
+executor's name. Torch-free: the config checks against it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,8 +12,7 @@ _REGISTRY: dict[str, type[ExecutorKind]] = {}
 
 
 class ExecutorKind:
-    """A flag: honours its settings at any value (else only the default); a tuple: the values
-    it takes (None: every one)."""
+    """A flag: honours its settings at any value (else the default); a tuple: the values taken."""
     name: ClassVar[str]
     noun: ClassVar[str]
     runs_model: ClassVar[bool] = False  # timings exposed to this machine's load
@@ -110,8 +109,7 @@ CAPABILITIES = (
 
 def unhonoured(name: str, settings: dict[str, Any],
                defaults: dict[str, Any]) -> tuple[str, str, str] | None:
-    """(setting, why, allowed) of the first setting ``name`` cannot honour; ``allowed`` ends with
-    the executors that would."""
+    """(setting, why, allowed) of the first setting ``name`` cannot honour, with who would."""
     kind = executor_class(name)
     for cap in CAPABILITIES:
         value, default = settings[cap.setting], defaults[cap.setting]
@@ -134,7 +132,7 @@ def _takes(honours: bool | tuple | None, value: Any, default: Any) -> bool:
     return honours is not False or value == default
 
 
-# What a task beyond serving needs: the others drive our engine's batches, a profile our forwards.
+# What a task beyond serving needs: our engine's batches, or (profile) our forwards.
 SERVING_TASKS = ("serve", "capacity")
 TASK_NEEDS = {"profile": ("runs_model", "runs none of our model's forwards")}
 BATCHES_OF_OURS = ("our_engine", "runs no batch of our engine")

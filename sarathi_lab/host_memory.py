@@ -1,6 +1,6 @@
 """How much memory this process has, for every sizing: a cgroup's ``memory.max`` or ``ulimit -v``
-can bind far below the machine's free memory, and then an allocation the arithmetic allowed fails
-halfway. Standard library only (the bottom layer)."""
+can bind far below the machine's free memory, and an allocation the arithmetic allowed would fail
+halfway. Standard library only."""
 from __future__ import annotations
 
 import os

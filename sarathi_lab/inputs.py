@@ -1,5 +1,4 @@
-"""What ``LLM.generate`` accepts (sequences, numpy arrays, torch tensors of integers) as plain
-Python values, or a TypeError/ValueError naming the argument, the position and what was given."""
+"""What ``LLM.generate`` accepts, as plain Python values, or an error naming the position."""
 from __future__ import annotations
 
 import math
@@ -77,8 +76,7 @@ def per_request_ints(name: str, value: Any, n: int) -> list[int]:
     return values
 
 
-# The latest a request may arrive (a run waits for its arrivals): a day covers every serving
-# benchmark; a longer trace is compressed with workload.time_scale.
+# The latest arrival a run waits for: a day; compress longer traces with workload.time_scale.
 ARRIVAL_HORIZON_S = 86_400.0
 
 

@@ -65,7 +65,7 @@ class LLM:
             torch.set_num_threads(cfg.num_threads)
         self.model_config, self.max_model_len = plan.model_config, plan.max_model_len
         self.num_kv_blocks, self.dtype = plan.num_kv_blocks, plan.dtype
-        self.device = plan.device  # None for a simulated one
+        self.device = plan.device
         # Before the weights are allocated: it refuses a cache smaller than a request's reserve.
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
@@ -183,8 +183,8 @@ class LLM:
                  arrival_times: Sequence_[float] | None = None,
                  on_iteration: Callable[[IterationRecord], None] | None = None,
                  max_concurrency: int | None = None) -> list[list[int]]:
-        """Each prompt's generated ids, in input order; records land in ``self.metrics``, and the
-        engine stays reusable whatever happens inside (a callback's exception, Ctrl-C)."""
+        """Each prompt's generated ids, in order (records in ``self.metrics``); the engine stays
+        reusable whatever happens inside (a callback's exception, Ctrl-C)."""
         if not self._call_lock.acquire(blocking=False):
             raise RuntimeError("LLM.generate is already running on this LLM (another thread, or "
                                "a callback of the running call): one call at a time; give each "
@@ -214,7 +214,7 @@ class LLM:
             self.metrics = Metrics()
             try:
                 self.engine.run(seqs, self.metrics, sampling, on_iteration, max_concurrency)
-            finally:  # a run stopped by an SLO verdict or a signal reports what it measured
+            finally:
                 executor = self.engine.executor
                 if getattr(executor, "broadcast_s", None):
                     self.metrics.keep_broadcasts(executor.broadcast_s, executor.broadcast_bytes)
@@ -226,7 +226,7 @@ class LLM:
         vocab = self.model_config.vocab_size
         if not prompt:
             raise ValueError(f"prompts[{i}] is empty: every prompt needs at least one token")
-        if min(prompt) < 0 or max(prompt) >= vocab:  # min and max in C; the scan only names it
+        if min(prompt) < 0 or max(prompt) >= vocab:
             bad = next(t for t in prompt if not 0 <= t < vocab)
             raise ValueError(f"prompts[{i}] holds token {bad}, outside the vocabulary [0, {vocab})")
         if (reason := self.engine.scheduler.refusal(len(prompt) + max_new_tokens)) is not None:

@@ -1,5 +1,4 @@
-"""One run's engine plan, made once: LLM and the preflight both read it and ask the scheduler it
-builds whether a request fits, so they never disagree on what fits."""
+"""One run's engine plan, made once: LLM and the preflight agree on what fits."""
 from __future__ import annotations
 
 import functools
@@ -72,8 +71,7 @@ def probe_host(cfg: EngineConfig) -> HostFacts:
         raise ConfigError(f"{k.set('num_threads', cfg.num_threads)} is invalid: this process may "
                           f"run on {cores} cores, so at most {cores}")
     if cfg.kind.simulated:
-        # This machine's features decide nothing, unless the simulated device is this CPU: a
-        # simulation of what the engine could not run here is none.
+        # This machine's features decide nothing unless the simulated device is this CPU.
         fp16 = _check_cpu_dtype(cfg) if cfg.sim_device == "cpu" else None
         return HostFacts(cores, None, cpu_fp16=fp16)
     if cfg.device == "cuda" and not cuda_available():
@@ -130,7 +128,7 @@ class EnginePlan:
     num_kv_blocks: int
     dtype: torch.dtype | SimulatedDtype
     host: HostFacts
-    cost_model: Any = None  # the simulator's; None for the real model
+    cost_model: Any = None
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -163,8 +161,7 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
     dtype, device = torch_run_dtype(cfg.dtype, host.device_type), torch.device(host.device_type)
     per_rank, available = hf, None
     if cfg.world_size > 1:
-        # Each rank's weights and KV heads (the first stage's, the most); ranks on a CPU share
-        # its memory, GPUs have their own.
+        # Each rank's weights and KV heads (the first stage's, the most); CPU ranks share memory.
         per_rank = rank_memory_config(hf, cfg.tensor_parallel, cfg.model)
         first = Stage.of(hf.num_hidden_layers, cfg.pipeline_parallel, 0, cfg.model)
         per_rank.num_hidden_layers = first.num_layers

@@ -36,7 +36,7 @@ def _simulated_set_choices() -> list[str]:
     return groups + [f"engine.{key}={value}" for key, value in shared.engine.items()]
 
 
-# The quick set on the simulator: its shapes with the simulated set's model, device and cost model.
+# The quick set on the simulator: its shapes with the simulated set's model and device.
 SIM_CI_OVERRIDES = _simulated_set_choices()
 SIM_ROOT = REPO_ROOT / "outputs" / "sim"
 
@@ -49,7 +49,6 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (),
     sweep_dir = Path(root).resolve() / name / "multiruns" / f"{label}-{stamp}"
     full_sim = (sim and scale == "full"
                 and (CONF_DIR / "experiment" / "sim" / f"{name}.yaml").is_file())
-    # The quick set on the simulator, and so a result without a simulated config of its own.
     overrides = list(SIM_CI_OVERRIDES) if sim and not full_sim else []
     if full_sim:
         experiment = f"sim/{name}"

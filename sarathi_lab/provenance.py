@@ -1,6 +1,6 @@
 """What a kept result file came from (its nearest ``provenance.json`` sidecar), and the check every
 writer into docs/ and profiles/ makes: a file of another source, scale, machine, lease or commit is
-replaced only with ``--force``. Standard library only: writers of every layer import it."""
+replaced only with ``--force``. Standard library only."""
 from __future__ import annotations
 
 import json
@@ -49,7 +49,7 @@ def _read(sidecar: Path) -> dict[str, Provenance]:
         return {name: Provenance(**{k: str(v) for k, v in entry.items() if k in known})
                 for name, entry in entries.items()}
     except (OSError, ValueError, TypeError, AttributeError):
-        return {}  # unreadable: every file under it unknown, so nothing is replaced unasked
+        return {}  # unreadable: nothing under it is replaced unasked
 
 
 def recorded(path: Path) -> Provenance | None:
@@ -113,8 +113,7 @@ def unwritable_sidecar(folders: Iterable[Path]) -> Path | None:
 
 def check(planned: Mapping[Path, Provenance], force: bool, how: str,
           base: Path | None = None) -> None:
-    """Refuses before anything is written; ``how``: the writer's way out ('--force replaces
-    them; --out DIR writes elsewhere')."""
+    """Refuses before anything is written; ``how``: the writer's way out."""
     if bad := unwritable_sidecar(dict.fromkeys(Path(p).parent for p in planned)):
         raise SidecarRefused(f"{bad} is not a plain file (a folder, link or other), so the "
                              "provenance of what would be written beside it cannot be recorded; "

@@ -1,5 +1,4 @@
-"""A refused configuration value, in one line: the core marks each setting by its field
-(``SETTING``); an edge that knows the user's spelling writes the line once (``named_as``)."""
+"""A refused config value in one line: the core marks its field; the edge names it once."""
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +38,7 @@ class ConfigError(ValueError):
         return named
 
 
-# A core refusal's marks: a setting's name, and a setting at a value (its repr), that the edge
-# replaces by the key the user set it by.
+# A core refusal's marks (a setting, a setting at a value), replaced by the user's key.
 _NAME, _AT, _END = "\x1f", "\x1d", "\x1e"
 _SET = re.compile(f"{_END}([^{_AT}]*){_AT}(.*?){_END}", re.DOTALL)
 _NAMED = re.compile(f"{_NAME}([^{_NAME}]*){_NAME}")
@@ -79,8 +77,7 @@ def named_as(keys: Naming):
 
 @contextlib.contextmanager
 def marked_as(fields: dict[str, str]):
-    """Each setting of a ConfigError raised inside marked as the field it maps to (sim_tp for the
-    split's tensor_parallel), still for the edge to name."""
+    """Each setting of a ConfigError raised inside marked as its field, for the edge to name."""
 
     try:
         yield

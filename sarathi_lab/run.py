@@ -66,12 +66,12 @@ def main(cfg: DictConfig) -> None:
                      sweep_job=multirun)
     try:
         claim_status_dir(ctx)
-    except ConfigError as e:  # another run's directory: nothing is recorded there
+    except ConfigError as e:
         _refuse(e, multirun)
         return
     try:
         _run_and_record(cfg, ctx)
-        if not multirun:  # a sweep's next job still leaves at once on a signal
+        if not multirun:
             _on_signals(signal.SIG_IGN)
     except Interrupted as e:
         record_failure(ctx.status_dir, e)
@@ -79,13 +79,13 @@ def main(cfg: DictConfig) -> None:
             log.error("interrupted by %s before the run measured anything; %s says so", e,
                       ctx.status_dir / STATUS)
         raise SystemExit(e.exit_code) from None
-    except ConfigError as e:  # a model directory that cannot be loaded (ModelLoadError) too
+    except ConfigError as e:
         record_failure(ctx.status_dir, e)
         _refuse(e, multirun)
     except Exception as e:
         if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
             # The machine's fault, in one line: results are renamed into place, none half-written.
-            with contextlib.suppress(OSError):  # where the disk still takes it
+            with contextlib.suppress(OSError):
                 record_failure(ctx.status_dir, e)
             log.error("cannot write %s: %s; the run stopped (nothing half-written)",
                       e.filename or ctx.status_dir, e.strerror or e)
@@ -113,7 +113,6 @@ def _run_and_record(cfg: DictConfig, ctx) -> None:
             with fewer_collections(executor_class(run_cfg.engine.executor).simulated):
                 status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
             write_status(ctx.status_dir, status)
-            # A skipped run's files stay as they were.
             if status == "ok" and run_cfg.export.timeline:
 
                 _export_timeline(ctx.status_dir)
@@ -138,7 +137,7 @@ def _export_timeline(run_dir) -> None:
 
     try:
         written = export_timelines(run_dir)
-    except (OSError, ValueError, KeyError, TypeError) as e:  # a full disk, an odd table
+    except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("no timeline written: %s: %s", type(e).__name__, e)
         return
     for path in written:
@@ -158,7 +157,6 @@ def _serves_a_driver() -> bool:
 
 
 def cli() -> None:
-    # Here too for a caller that imports this module.
 
     _on_signals(_interrupted_outside_a_run)
     # A log file on a full disk would print a traceback after the run's one-line error.

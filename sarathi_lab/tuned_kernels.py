@@ -1,5 +1,4 @@
-"""Kernel configurations tuned on a GPU, one JSON table per device in ``sarathi_lab/tuned/``, as
-vLLM ships its per-device configs; a device or key without an entry gets the defaults."""
+"""Kernel configs tuned on a GPU, a JSON table per device (as vLLM ships them); else defaults."""
 from __future__ import annotations
 
 import functools
@@ -58,7 +57,7 @@ class TunedTable:
     attention: dict[str, TileConfig] = field(default_factory=dict)
     # gemm_key -> {token count -> choice}
     gemm: dict[str, dict[int, GemmChoice]] = field(default_factory=dict)
-    source: str = ""  # a file, or "" for the defaults
+    source: str = ""
     split_rule: dict[str, int | float] = field(default_factory=dict)
     # Hybrid shapes timed both ways; none: the engine never co-schedules.
     co_schedule: list[dict] = field(default_factory=list)
@@ -95,8 +94,7 @@ def file_name(device_name: str) -> str:
     return device_name.replace(" ", "_").replace("/", "_") + ".json"
 
 
-# {field: (the values allowed, as a refusal says them, the check)}: bounded so that a damaged
-# table cannot hand a kernel a size it never compiles.
+# {field: (allowed, as refusals say it, check)}: no table hands a kernel an uncompiled size.
 def _pow2(v) -> bool:
     return 16 <= v <= 256 and v & (v - 1) == 0
 
@@ -122,7 +120,7 @@ class TableRefused(ValueError):
 
 def _fail(source: str, key: str, value, allowed: str):
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-    key = key if key.isprintable() else repr(key)[1:-1]  # a key holding a newline: still one line
+    key = key if key.isprintable() else repr(key)[1:-1]
     raise TableRefused(f"error: {source}: {key}={shown} is invalid; allowed: {allowed}")
 
 

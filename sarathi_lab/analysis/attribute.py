@@ -3,10 +3,8 @@ measured in a lease the hardware explains, from that lease's files alone:
 
     python -m sarathi_lab.analysis.attribute docs/gpu/h100/2026-11-27_7fae342
 
-prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder. An
-iteration's parts (ms over all layers) sum to its time over the physical floor: overlap gap, GEMM
-efficiency, attention kernels, attention over the best peer, elementwise passes, bucket padding,
-host, and the unattributed rest. A part the lease cannot give says why in ``note``."""
+prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder;
+an iteration's parts sum to its time over the floor, and a part the lease lacks says why."""
 from __future__ import annotations
 
 import csv
@@ -40,8 +38,8 @@ HOST = "host: not in the lease (the launch step keeps one time per iteration)"
 class Lease:
     folder: Path
     device: str
-    launch: dict[str, dict]   # metric -> its result.json entry
-    env: dict                 # env.json with the env step's metrics over it
+    launch: dict[str, dict]
+    env: dict
 
     def table(self, step: str, name: str) -> Path:
         return self.folder / "steps" / step / name
@@ -79,8 +77,7 @@ def _value(lease: Lease, metric: str) -> float | None:
 
 
 def kinds(lease: Lease) -> list[tuple[str, int, int, int, str]]:
-    """(key, chunk, decodes, context, variant) of every iteration the launch step timed, in order.
-    """
+    """(key, chunk, decodes, context, variant) of each iteration the launch step timed, in order."""
     base = SHAPES["cuda"][2]
     found = []
     for metric in lease.launch:
@@ -95,10 +92,10 @@ class Tables:
     shape: Shape
     elem: int
     gbps: float
-    ceiling: str      # read or copy: which rate the floors' memory ceiling is
+    ceiling: str      # which rate the floors' memory ceiling is: read or copy
     gemms: lib.GemmCurve
     attention: lib.AttentionTable
-    largest: int      # the most tokens a launch iteration holds: its engine's top graph bucket
+    largest: int      # the most tokens a launch iteration holds (its engine's top graph bucket)
     max_batch: int
 
 
@@ -123,8 +120,7 @@ def _sum(*parts: float | None) -> float | None:
 
 def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, context: int,
               variant: str) -> dict:
-    """One launch iteration's row: its floors, library floor and the parts of its time over the
-    floor."""
+    """One launch iteration's row: its floors, library floor and its time's parts over the floor."""
     queries = [chunk] * (chunk > 0) + [1] * decodes
     args = (t.shape, queries, [context] * len(queries), len(queries), t.elem, t.gbps,
             float(lease.env["matmul_tflops"]) * 1e3)

@@ -1,5 +1,4 @@
-"""Each claim a lease judged other than "yes", split into what the device explains and what the
-engine does, and the attribution's markdown."""
+"""Each claim a lease judged short of "yes", split into the device's part and the engine's."""
 from __future__ import annotations
 
 import csv
@@ -29,8 +28,7 @@ def _claim_row(row: dict, hardware: str, engine: str, why: str, note: str = "") 
 
 
 def chunk_overhead(row: dict, lease, t) -> dict:
-    """A chunked prefill's ratio: cuBLAS's per-token curve's part and the engine's rest, beside its
-    attention against the best peer's."""
+    """A chunked prefill's ratio: cuBLAS's part, the engine's rest; attention over the best peer."""
     length = int(m[1]) if (m := LENGTH.search(row.get("ours", ""))) else None
     pieces, hw, eng = [], [], []
     for chunk, ours in ((int(c), float(x)) for c, x in PREFILL.findall(row.get("ours", ""))):
@@ -53,8 +51,7 @@ def chunk_overhead(row: dict, lease, t) -> dict:
 
 
 def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
-    """The paper's decode gain at the device's floors: a decode-only batch's time per decode over
-    what ``batch - 1`` decodes add to the chunk."""
+    """The paper's decode gain at the device's floors: decode-only per decode over riding ones."""
     rate = float(lease.env["matmul_tflops"]) * 1e3
 
     def ms(queries):
@@ -67,8 +64,7 @@ def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
 
 
 def decode_speedup(row: dict, lease, t) -> dict:
-    """The paper's gain at this device's floors beside ours: a shortfall the floors allow is the
-    engine's."""
+    """The paper's gain at this device's floors beside ours: a shortfall they allow is ours."""
     sweep, paper = SWEEP.search(row.get("ours", "")), RANGE.search(row.get("paper", ""))
     ours, chunk = RANGE.search(row.get("ours", "")), re.search(r"chunk (\d+)", row.get("paper", ""))
     if not (sweep and ours and chunk):

@@ -1,5 +1,4 @@
-"""Sarathi-Serve's capacity results: the searches' table, capacity bars, the TTFT-vs-TBT trade-off
-and their claims rows."""
+"""Sarathi-Serve's capacity results: searches' table, capacity bars, TTFT-vs-TBT, claims rows."""
 from __future__ import annotations
 
 import json
@@ -34,8 +33,7 @@ TABLE_COLUMNS = ["scheduler", "tbt_slo_s", "sched_delay_slo_s", "capacity_rps", 
                  "binding", "bounded",
                  "num_trials", "token_budget", "at_capacity_itl_p99_s", "at_capacity_ttft_p50_s",
                  "at_capacity_sched_delay_p50_s", "executor", "model", "scale"]
-# What a measured capacity depends on besides the model (timing_unreliable: other work shared the
-# cores).
+# What a measured capacity depends on besides the model.
 MEASURED_COLUMNS = ["dtype", "device_name", "torch_threads", "timing_unreliable"]
 # What a simulated capacity depends on besides the model.
 SIMULATED_COLUMNS = ["sim_device", "sim_cost_model", "sim_tp"]
@@ -76,8 +74,7 @@ def _search_row(path: Path) -> dict:
 
 
 def compact(searches: pd.DataFrame) -> pd.DataFrame:
-    """The committed table of searches (docs/capacity/*_capacity.csv), with what ran or predicted
-    them."""
+    """The committed table of searches (docs/capacity/*_capacity.csv), with what produced them."""
     simulated = searches.executor.map(lambda name: recorded_as(name, "simulated")).astype(bool)
     replayed = "trace_rate_rps" in searches and searches.trace_rate_rps.notna().any()
     columns = (TABLE_COLUMNS + TRACE_COLUMNS * bool(replayed)
@@ -96,8 +93,7 @@ def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
 
 def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
     """Capacity (req/s) per scheduler and TBT SLO, with sarathi_serve / vllm."""
-    # dropna=False: a scheduler whose searches all failed their lowest rate is a result, not a
-    # missing run.
+    # dropna=False: a scheduler that failed its lowest rate everywhere is a result, not a gap.
     table = searches.pivot_table(index="scheduler", columns="tbt_slo_s", values="capacity_rps",
                                  aggfunc="max", dropna=False)
     order = [*COMPARED, *(s for s in scheduler_names() if s not in COMPARED)]
@@ -108,7 +104,7 @@ def capacity_table(searches: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_capacity(searches: pd.DataFrame, ax, title: str):
-    """Bars: capacity per scheduler, a group per SLO; the paper's gain over vLLM beside ours."""
+    """Capacity bars per scheduler, a group per SLO; the paper's gain over vLLM beside ours."""
     table = capacity_table(searches)
     gains = table.loc["sarathi_serve / vllm"] if "sarathi_serve / vllm" in table.index else None
     table = table.drop(index="sarathi_serve / vllm", errors="ignore")
@@ -138,8 +134,7 @@ def scale_label(rows: pd.DataFrame) -> str:
 
 
 def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, source: str):
-    """Two panels: the simulated capacities (``source``) and the CPU-measured ones, or a note that
-    they are not measured yet."""
+    """Two panels: simulated capacities (``source``) and CPU-measured ones (or a note)."""
     fig, (sim_ax, cpu_ax) = plt.subplots(1, 2, figsize=(14, 4.8), layout="constrained")
     plot_capacity(simulated, sim_ax, f"{source}: scale {simulated.scale.iloc[0]}")
     measured, left_out = reliable(measured)
@@ -162,7 +157,7 @@ def capacity_figure(simulated: pd.DataFrame, measured: pd.DataFrame | None, sour
 
 
 def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str):
-    """TTFT p50 against P99 TBT: sarathi_serve's budgets as a curve, the others as points."""
+    """TTFT p50 against P99 TBT: sarathi_serve's budgets a curve, the others points."""
     serve = tradeoff[tradeoff.scheduler == "sarathi_serve"].sort_values("chunk")
     ax.plot(serve.itl_p99_s, serve.ttft_p50_s, "o-",
             label="sarathi_serve, labelled by token budget")
@@ -180,8 +175,7 @@ def plot_tradeoff(tradeoff: pd.DataFrame, ax, title: str):
 
 
 def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
-    """Chunked over one-iteration prefill time, minus 1. Only the last chunk samples, so only it
-    pays an LM-head row."""
+    """Chunked over one-iteration prefill time, minus 1; only the last chunk pays an LM-head row."""
     whole = cost_model.iteration_time_s(prefills=[(prompt_len, prompt_len)], num_sampled=1)
     chunked = 0.0
     for start in range(0, prompt_len, chunk):
@@ -193,8 +187,7 @@ def chunked_prefill_overhead(cost_model, prompt_len: int, chunk: int) -> float:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What one source's claims rows are computed from (None: absent): searches, a trade-off at one
-    load, {prompt length: 512-token chunk overhead}, claims.PROVENANCE."""
+    """One source's claims inputs (None: absent): searches, trade-off, overhead, provenance."""
     searches: pd.DataFrame | None = None
     tradeoff: pd.DataFrame | None = None
     overhead: dict[int, float] | None = None
@@ -212,8 +205,7 @@ def reliable(searches: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
 
 
 def _ratio_interval(s: pd.Series, v: pd.Series) -> tuple[float, float]:
-    """sarathi_serve's capacity over vllm's, as low and high as the searches' brackets allow (each
-    capacity lies within its highest passing rate times 1 + resolution)."""
+    """sarathi_serve's capacity over vllm's, as low and high as the searches' brackets allow."""
     def bracket(row):
         res = row.get("resolution", 0.0)
         return row.capacity_rps, row.capacity_rps * (1 + res) if pd.notna(res) else np.inf
@@ -232,7 +224,7 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
                  .sort_values("capacity_rps", na_position="first"))
         vllm = rows[rows.scheduler == "vllm"].sort_values("capacity_rps", na_position="first")
         if not len(serve) or not len(vllm):
-            continue  # one of the two not searched at this SLO: no comparison
+            continue
         # A capacity of None failed even its lowest rate: below any that passed.
         s, v = serve.iloc[-1], vllm.iloc[-1]
         if np.isnan(s.capacity_rps) or np.isnan(v.capacity_rps):
@@ -244,7 +236,6 @@ def _gain(evidence: Evidence) -> tuple[str, str, str] | None:
             spreads[slo] = ""
         else:
             low, high = _ratio_interval(s, v)
-            # unclear where the brackets allow either order
             holds[slo] = "yes" if low > 1 else "no" if high <= 1 else "unclear"
             text = f"{s.capacity_rps / v.capacity_rps:.2f}x"
             spreads[slo] = f"{low:.2f}x to {high:.2f}x at P99 TBT <= {slo:g} s (search brackets)"
@@ -295,8 +286,7 @@ CHECKS = (
 
 
 def capacity_claims(*sources: Evidence, checks=CHECKS) -> pd.DataFrame:
-    """Each check's row on each source's evidence, naming its provenance; unreliable searches are
-    left out and counted."""
+    """Each check's row on each source's evidence; unreliable searches left out and counted."""
     rows = []
     for evidence in sources:
         searches, left_out = reliable(evidence.searches)

@@ -45,8 +45,7 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def check_tables(docs: str | Path = DOCS) -> None:
-    """Every committed simulated table reads (predicted_by): refused before any figure or claim is
-    written."""
+    """Every committed simulated table reads (predicted_by): refused before anything is written."""
     folder = Path(docs) / "capacity"
     for name in (SIM_CSV, TRADEOFF_CSV, TP_CSV, TRACE_CSV):
         if (folder / name).is_file():
@@ -67,8 +66,7 @@ def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
 
 
 def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
-    """docs/capacity/cpu_capacity.csv from capacity searches; replaces a table only with ``force``
-    (searches record no commit)."""
+    """docs/capacity/cpu_capacity.csv from searches; replaced only with ``force`` (no commit)."""
     searches = capacity.load_searches(multirun)
     if searches.empty or any(recorded_as(name, "simulated") for name in searches.executor):
         raise SystemExit(f"{multirun}: expected capacity searches of executor=model "
@@ -119,14 +117,12 @@ def simulated_provenance(sim: pd.DataFrame, table: str, suffix: str = "") -> dic
 
 
 def source(sim: pd.DataFrame) -> str:
-    """e.g. 'simulated A100 (roofline), mistral-7b': what claims rows and figure titles call a
-    table."""
+    """e.g. 'simulated A100 (roofline), mistral-7b': what claims rows and figure titles call it."""
     return f"{simulated_source(**predicted_by(sim))}, {sim.model.iloc[0]}"
 
 
 def claims(docs: str | Path = DOCS) -> pd.DataFrame:
-    """The claims table's capacity rows: the CPU table's, the simulated tables', and
-    sim_capacity.csv's cost model's chunk overhead."""
+    """The claims table's capacity rows: the CPU's, the simulated tables', the chunk overhead."""
     sim, tradeoff, cpu = load(docs)
     by = predicted_by(sim)
     cost = CostModel.for_device(by["device"], sim.model.iloc[0], by["cost_model"], tp=by["tp"])
@@ -167,8 +163,7 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
 
 
 def refresh(docs: str | Path = DOCS) -> list[Path]:
-    """The two figures and, where docs/figures/claims.csv exists, its capacity rows replaced in
-    place."""
+    """The two figures and, where docs/figures/claims.csv exists, its capacity rows replaced."""
     # The CPU table is optional; the simulated two are what every figure draws.
     tables = [Path(docs) / "capacity" / name for name in (SIM_CSV, TRADEOFF_CSV)]
     if missing := [t.name for t in tables if not t.is_file()]:

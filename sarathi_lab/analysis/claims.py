@@ -1,5 +1,4 @@
-"""The claims table: a row per claim and source of numbers, each check saying ``yes``, ``partly``,
-``no`` or ``n/a`` (``unclear`` where seeds disagree)."""
+"""The claims table: a row per claim and source, each check yes, partly, no, n/a or unclear."""
 from __future__ import annotations
 
 import pandas as pd
@@ -40,8 +39,7 @@ def unless_missing(values: pd.Series, flag) -> bool | None:
 
 
 def saturated_by(sat: dict, tokens: int) -> bool | None:
-    """None (unresolved) when reached at the fewest tokens measured and those are past ``tokens``.
-    """
+    """None (unresolved) when reached at the fewest tokens measured, those past ``tokens``."""
     if sat["tokens"] <= tokens:
         return True
     return None if sat["tokens"] == sat["fewest_measured"] else False
@@ -69,8 +67,7 @@ def with_range(values: pd.Series) -> str:
 
 def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str,
               value: float | None = None) -> dict:
-    """``value``: the row's headline number, whose range over repeats is its spread (None: each
-    repeat's verdict instead)."""
+    """``value``: the row's headline number, its range the spread (None: each repeat's verdict)."""
     return {"experiment": experiment, "claim": claim, "paper": paper_text, "ours": ours,
             "holds": holds, "value": value}
 
@@ -115,7 +112,7 @@ def rows_of(check, results, name: str) -> list[dict]:
             rows = _spread(check, results, check(results), name)
     except (KeyError, AttributeError) as e:
         if isinstance(e, AttributeError) and "DataFrame" not in str(e) and "Series" not in str(e):
-            raise  # not a column the runs lack
+            raise
         column = (e.args[0] if isinstance(e, KeyError) and e.args
                   else str(e).rsplit(" ", 1)[-1].strip("'"))
         rows = [claim_row(name, "(every claim of it)", "",
@@ -128,8 +125,7 @@ def rows_of(check, results, name: str) -> list[dict]:
 
 def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
                                 why: dict[str, str]) -> list[dict]:
-    """Sets ``DIFFERS`` on a claim's simulated rows where cost models' verdicts differ: every
-    model's verdict, and ``why[claim]``."""
+    """Sets ``DIFFERS`` on a claim's simulated rows where cost models' verdicts differ."""
     verdicts: dict[tuple[str, str], dict[str, str]] = {}
     for row, model in zip(rows, cost_models):
         if model is not None:
@@ -145,8 +141,7 @@ def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
 
 
 def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
-    """Each registered result's rows on ``results`` then on ``simulated`` (one Results per cost
-    model), differing cost models marked. ``only``: the results to check."""
+    """Each result's rows on ``results``, then ``simulated`` (one Results per cost model)."""
     from sarathi_lab.analysis import registry  # its result modules import this one's helpers
 
     chosen = [r for r in registry.RESULTS if only is None or r.name in only]

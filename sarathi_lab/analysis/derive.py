@@ -1,5 +1,4 @@
-"""The quantities the paper plots, from ``load_runs`` frames: pure pandas, testable on hand-made
-frames."""
+"""The quantities the paper plots, from ``load_runs`` frames: pure pandas, testable by hand."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +17,7 @@ RECORDED_ALIGN = "chunk_align"
 
 
 def chunk_align(summary: pd.DataFrame) -> pd.Series:
-    """"tile" where the run ran tile-aligned chunks, else "none"; older runs: as the sweep set it.
-    """
+    """"tile" where the run ran tile-aligned chunks, else "none"; older runs: as swept."""
     index = summary.index
     set_ = summary[CHUNK_ALIGN] if CHUNK_ALIGN in summary else pd.Series("none", index=index)
     recorded = (summary[RECORDED_ALIGN] if RECORDED_ALIGN in summary
@@ -29,8 +27,7 @@ def chunk_align(summary: pd.DataFrame) -> pd.Series:
 
 def _versus_baseline(runs: pd.DataFrame, metric: str, keys: list[str],
                      is_baseline: pd.Series) -> pd.DataFrame:
-    """Non-baseline rows with ``baseline`` (mean of the same keys' baseline runs) and ``gain`` over
-    it."""
+    """Non-baseline rows with ``baseline`` (mean of the same keys' baseline runs) and ``gain``."""
     base = runs[is_baseline].groupby(keys)[metric].mean().rename("baseline")
     out = runs[~is_baseline].join(base, on=keys)
     out["gain"] = out[metric] / out.baseline
@@ -44,14 +41,12 @@ def normalised_throughput(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataF
 
 
 def compute_bound_tokens(gflops: float, gbps: float, bytes_per_param: float) -> float:
-    """From this many tokens a linear layer is compute-bound: each weight (read once) does 2 flops
-    per token."""
+    """From this many tokens a linear layer is compute-bound: a weight read does 2 flops a token."""
     return gflops / gbps * bytes_per_param / 2
 
 
 def balance_table(name: str, gflops: float, gbps: float, bytes_per_param: float) -> pd.DataFrame:
-    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, compute-bound
-    tokens."""
+    """The paper's A6000 (fp16) beside a measured machine: rates, flops per byte, ridge tokens."""
     machines = [("RTX A6000, fp16 (datasheet)", paper.A6000_GFLOPS, paper.A6000_GBPS, 2),
                 (name, gflops, gbps, bytes_per_param)]
     return pd.DataFrame([{"machine": m, "matmul GFLOP/s": f, "memory GB/s": b,
@@ -68,8 +63,7 @@ def decode_over_prefill(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def saturation(rate: pd.Series, within: float = 0.9) -> dict[str, float]:
-    """The fewest tokens from which ``rate`` reaches ``within`` of its best, that best, and the
-    fewest measured."""
+    """Fewest tokens from which ``rate`` is ``within`` of its best; that best; fewest measured."""
     rate = rate.sort_index()
     best = rate.max()
     return {"tokens": int(rate[rate >= within * best].index[0]), "tokens_per_ms": float(best),
@@ -83,8 +77,7 @@ def prefill_saturation(ops: pd.DataFrame, within: float = 0.9) -> dict[str, floa
 
 
 def largest_step(times: pd.Series) -> tuple[int, float]:
-    """Where the time per token added jumps most: the count n and the relative increase beyond the
-    mean slope."""
+    """Where the time per added token jumps most: n and the increase over the mean slope."""
     t = times.sort_index()
     slope = (t.iloc[-1] - t.iloc[0]) / (t.index[-1] - t.index[0])
     expected = t.shift(1) + slope * np.diff(t.index, prepend=np.nan)
@@ -99,14 +92,12 @@ def iteration_ms(results) -> pd.Series:
 
 
 def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
-    """The points whose riding decodes cost more than the repeats' noise; within noise the "speedup"
-    is no number, only ``gain_bound``."""
+    """Points whose riding decodes cost more than the repeats' noise (else ``gain_bound``)."""
     return gains[gains.resolved]
 
 
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
-    """Each sarathi run's throughput over the static runs of the same workload and chunk (run right
-    before it, so slow spells hit both), with ``chunk_align`` and ``effective_chunk``."""
+    """Each sarathi run over the static runs just before it (same workload): drifts hit both."""
     gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)),
                                   keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
     # The tile sarathi aligned to, where a sweep set it.
@@ -122,7 +113,7 @@ def _effective_chunk(chunk: float, batch_size: float, align: str, tile: int) -> 
         return chunk
     try:
         return aligned_chunk(int(chunk), int(batch_size) - 1, tile)
-    except ValueError:  # the scheduler runs the chunk as set where no aligned one exists
+    except ValueError:
         return chunk
 
 
@@ -132,7 +123,7 @@ def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
 
 
 def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
-    """Per point: the P:D of the largest gain, the gain, and the paper's predicted peak."""
+    """Per point: the P:D of the largest gain, the gain, the paper's predicted peak."""
     keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size",
             "seq_len"]
     idx = normalised.groupby(keys).gain.idxmax()
@@ -144,9 +135,7 @@ def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
 
 
 def orca_variant(scheduler: str, stagger: int, align: str = "none") -> str:
-    """Fig. 11a's bar. Equal requests at once run Orca in lock step, no prefill beside a decode
-    (worst case); decode lengths staggered by one put B - 1 decodes beside every later prefill (best
-    case)."""
+    """Fig. 11a's bar: equal requests in Orca's lock step; staggered, decodes ride prefills."""
     if scheduler == "orca":
         return "Orca best" if stagger else "Orca worst"
     name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)
@@ -168,8 +157,7 @@ def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:
 
 
 def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Per run: the share of prompt-computing iterations that carry decodes, and their mean decodes.
-    """
+    """Per run: the share of prompt-computing iterations with decodes, and their mean decodes."""
     pre = iterations[iterations.num_prefill_tokens > 0]
     grouped = pre.groupby("run_dir")
     decodes = grouped.num_decode_tokens

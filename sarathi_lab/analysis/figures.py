@@ -12,8 +12,7 @@ sns.set_theme(style="whitegrid", context="notebook")
 PAPER_STYLE = {"marker": "*", "s": 180, "color": "black", "zorder": 5}
 # Simulated series: dashed, square markers, in reds.
 SIM_STYLE = {"ls": "--", "marker": "s", "markersize": 5}
-# Seeds drawn as their full range, as the claims report them: a bootstrapped 95% interval means
-# nothing over two or three seeds.
+# Seeds drawn as their full range: a bootstrapped 95% interval over two or three is noise.
 SPREAD = ("pi", 100)
 
 
@@ -29,8 +28,7 @@ def simulated_label(simulated, name: str) -> str | None:
 
 
 def headline(fig, results, name: str, text: str, simulated=None, why=()) -> None:
-    """Above the figure ``text`` and the runs drawn; under it ``why``: why it departs from the
-    paper."""
+    """Above the figure ``text`` and the runs drawn; under it ``why`` it departs from the paper."""
     seeds = len(results.seeds(name))
     spread = (f"; mean of {seeds} seeds, bands and whiskers (where drawn): min-max"
               if seeds > 1 else "")
@@ -54,16 +52,14 @@ def panel_sources(results, simulated, name: str) -> str:
 
 
 def sources_of(results, simulated, name: str) -> list[tuple]:
-    """(runs, panel label) of the measured runs and, where they have ``name``, the simulated ones.
-    """
+    """(runs, panel label) of the measured runs and, where they hold ``name``, the simulated."""
     label = simulated_label(simulated, name)
     return [(results, source_label(results, name))] + ([(simulated, source_label(simulated, name))]
                                                        if label else [])
 
 
 def fold_group_headers(ax, frame, prefixes: dict[str, str]) -> None:
-    """Drops seaborn's hue/style group headers, prefixing each level ('chunk', '64' -> 'C=64'). Call
-    before the legend."""
+    """Drops seaborn's group headers, prefixing each level ('64' -> 'C=64'); before the legend."""
     def levels(column: str) -> set[str]:
         values = frame[column].dropna().unique()
         return {str(v) for v in values} | {f"{v:g}" for v in values if isinstance(v, numbers.Real)}

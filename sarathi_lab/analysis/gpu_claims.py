@@ -1,5 +1,4 @@
-"""The paper's claims as each GPU measured them, newest run per claim and device, older verdicts as
-history; written into docs/RESULTS.md by ``publish --gpu-claims``."""
+"""The claims as each GPU measured them, newest per device, older as history (RESULTS.md)."""
 from __future__ import annotations
 
 import csv
@@ -15,7 +14,7 @@ BEGIN = ("<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --g
 END = "<!-- /gpu-claims -->"
 # The seeds a paper sweep's command named.
 SEEDS = re.compile(r"\bseed=([0-9][0-9,]*)")
-ATTRIBUTION = "attribution.csv"  # a lease's, by python -m sarathi_lab.analysis.attribute
+ATTRIBUTION = "attribution.csv"
 
 
 @dataclass(frozen=True)
@@ -26,8 +25,8 @@ class Judged:
     ours: str
     spread: str
     holds: str
-    device: str      # h100, h200: the folder under docs/gpu/
-    run: str         # <date>_<commit>: its folder
+    device: str
+    run: str
     commit: str
     engine: str      # eager, or with which CUDA graphs (lease.json)
     seeds: str
@@ -39,8 +38,7 @@ JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 
 
 def _seeds(record: dict, summary: Summary, experiment: str, left_out: str = "") -> str:
-    """The sweep's seeds: lease.json's ``sweeps``, else its step's command; with the jobs it stands
-    on where unfinished."""
+    """The sweep's seeds: lease.json's ``sweeps``, else its command; jobs where unfinished."""
     sweep = ((record.get("sweeps") or {}).get(experiment)
              if isinstance(record.get("sweeps"), dict) else None)
     jobs = JOBS.search(left_out or "")
@@ -68,7 +66,7 @@ def judged(gpu_docs: Path) -> list[Judged]:
                        key=lambda k: (k.folder.name, k.folder.parent.name)):
         path = kept.folder / gpu_records.CLAIMS
         if not path.exists():
-            continue  # a lease whose steps judged no claim
+            continue
         try:
             rows = gpu_records.read_claims(path)
         except gpu_records.RecordError as e:
@@ -105,7 +103,6 @@ def _why(whys: dict | None, row: dict) -> str:
 
 def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
     """(each claim's newest judgement per device, the others), runs sorted by folder date."""
-    # the last one stays
     latest = {(row.claim, row.device): row for row in sorted(rows, key=lambda r: r.run)}
     current = set(latest.values())
     order = {claim: i for i, claim in enumerate(dict.fromkeys(r.claim for r in rows))}
@@ -150,8 +147,7 @@ def section(gpu_docs: Path) -> str:
 
 
 def write(results_md: Path, gpu_docs: Path) -> Path:
-    """Rewrites ``results_md`` between MARKERS; a ValueError where it has none (placed by hand
-    once)."""
+    """Rewrites ``results_md`` between MARKERS (placed by hand once); ValueError without them."""
     text = results_md.read_text()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:

@@ -1,5 +1,4 @@
-"""The GPU suite's files, one schema for every reader; a failure is a one-line RecordError, and keys
-a newer suite writes are kept."""
+"""The GPU suite's files, one schema for every reader; a failure is a one-line RecordError."""
 from __future__ import annotations
 
 import csv
@@ -26,8 +25,7 @@ COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}")
 # config.device_slug of the GPU's name.
 DEVICE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 LEASE = re.compile(r"(\d{4}-\d{2}-\d{2})_([A-Za-z0-9._+-]{1,200})")
-# failed: error recorded; incomplete: killed or out of time (rerun continues); unavailable: not in
-# this checkout.
+# failed: error recorded; incomplete: killed or out of time; unavailable: not in checkout.
 STATUSES = ("done", "failed", "incomplete", "unavailable")
 # Times are the GPU machine's clock: a little ahead is skew, more is damage.
 CLOCK_SKEW_S = 3600.0
@@ -43,7 +41,7 @@ class Metric:
     value: float | str | None
     unit: str = ""
     target: str = ""
-    holds: bool | None = None   # against the target; None where the metric has none
+    holds: bool | None = None
 
 
 @dataclass
@@ -57,13 +55,13 @@ class StepResult:
     error: str = ""
     commit: str = ""  # the code it ran (fixes land between calls)
     device: str = ""  # cuda, or cpu in a dry run
-    code: str = ""  # engine_code.step_hash of what it ran
+    code: str = ""
 
 
 @dataclass(frozen=True)
 class Summary:
     suite: dict[str, Any]  # the call's settings (dry_run, commit, budget_min, started, own, ...)
-    steps: list[StepResult]     # one per step
+    steps: list[StepResult]
 
 
 def shown(value: Any, limit: int = 80) -> str:
@@ -78,8 +76,7 @@ def invalid(where: str, key: str, value: Any, allowed: str) -> RecordError:
 
 def _get(data: dict, key: str, where: str, prefix: str, check, allowed: str,
          default: Any = ...) -> Any:
-    """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without one).
-    """
+    """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without)."""
     if key not in data:
         if default is ...:
             raise RecordError(f"{where} is invalid: {prefix}{key} is missing: must be {allowed}")
@@ -306,8 +303,7 @@ def kept_leases(gpu_docs: Path) -> list[Kept]:
     return found
 
 
-# Markdown's and HTML's active characters shown as themselves: no tag, comment, link, emphasis or
-# column break from a file's text.
+# Markdown's and HTML's active characters as themselves: no tag, link or column break.
 _PLAIN = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
                         **{c: "\\" + c for c in "\\`*_~[]|"}})
 _AUTOLINK = re.compile(r"(?i)(://|www\.)")

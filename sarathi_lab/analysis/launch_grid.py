@@ -1,11 +1,10 @@
-"""The iterations the GPU suite's launch step times, and the names its records give them: the
-attribution reads a lease's launch records by the same grid."""
+"""The iterations the launch step times and their record names, read back by the attribution."""
 from __future__ import annotations
 
 from sarathi_lab.engine.tiles import aligned_chunk
 
 # (chunk tokens, decodes): 18 requests is the paper's batch; the tile-aligned scheduler's chunks
-# beside 17 decodes where they differ; each chunk its prompt's last, so that it samples.
+# beside 17 decodes where they differ; each chunk its prompt's last, so it samples.
 CHUNKS = (64, 128, 256, 512)
 DECODES = 17
 
@@ -22,8 +21,7 @@ ALIGNED = tuple(a for a in dict.fromkeys(map(_aligned, CHUNKS)) if a is not None
 CASES = (((0, 1), (0, DECODES + 1))
          + tuple((chunk, decodes) for chunk in CHUNKS for decodes in (0, DECODES))
          + tuple((chunk, DECODES) for chunk in ALIGNED))
-# The dry run's: the same iterations on the tiny model, at the shortest context holding the largest
-# chunk.
+# The dry run's: these iterations on the tiny model, at the shortest context fitting them.
 SHAPES = {"cuda": ("llama-13b", "bfloat16", 1024, 20, CASES),
           "cpu": ("tiny", "float32", max(CHUNKS), 1, CASES)}
 # The chunking claims' 3K, beside SHAPES' own.

@@ -1,8 +1,7 @@
 """An iteration's library floor: the best kernel a lease timed for each part at its shape, one after
-another (cuBLAS's projections, the faster peer's chunk attention, the engine's decode attention,
-elementwise bytes at the memory ceiling). Set beside the physical floor, it says which targets no
-engine built from these kernels can reach. Between measured shapes, straight lines; outside them a
-part is missing, never extrapolated."""
+another. Beside the physical floor it says which targets no engine built from these kernels can
+reach. Between measured shapes straight lines; outside them a part is missing, never
+extrapolated."""
 from __future__ import annotations
 
 import csv
@@ -134,8 +133,7 @@ def elementwise_ms(shape: Shape, tokens: int, elem_bytes: int, gbps: float,
 def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: int,
                   elem_bytes: int, gbps: float, gemms: GemmCurve, attention: AttentionTable,
                   head_and_embedding_ms: float) -> LibraryFloor:
-    """A chunk (the last ``chunk`` tokens of a ``context``-token prompt) beside ``decodes`` decodes;
-    GEMMs and elementwise passes over ``tokens`` rows (real or graph-padded)."""
+    """A chunk ending a ``context``-token prompt beside ``decodes``; GEMMs over ``tokens`` rows."""
     missing, layers = [], shape.layers
     gemm = gemms.ms(tokens)
     if gemm is None:

@@ -1,5 +1,4 @@
-"""Each request's lifecycle (queued, prefill chunks, decode runs, stalled, preempted) from a run's
-tables, in seconds on its clock; older runs without ``MEMBERSHIP`` read coarsely."""
+"""Each request's lifecycle (queued, chunks, decodes, stalls, preemptions) from a run's tables."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -22,7 +21,7 @@ NOT_RECORDED = {
 @dataclass(frozen=True)
 class Span:
     request_id: int
-    name: str          # queued, prefill, decode, stalled or preempted
+    name: str
     start_s: float
     end_s: float
     args: dict = field(default_factory=dict)
@@ -134,6 +133,5 @@ def _arrival_order(requests: pd.DataFrame):
 
 
 def int_list(cell) -> list[int]:
-    """A list cell (a tuple in memory, an array from parquet, None where a partial table lacks it).
-    """
+    """A list cell (a tuple in memory, an array from parquet, None if a partial table lacks it)."""
     return [] if cell is None else np.asarray(cell, dtype=np.int64).tolist()

@@ -1,4 +1,4 @@
-"""The numbers the papers report (SARATHI arXiv 2308.16369, LLaMA-13B on an A6000 unless noted;
+"""The papers' numbers (SARATHI arXiv 2308.16369, LLaMA-13B on an A6000 unless noted;
 Sarathi-Serve arXiv 2403.02310)."""
 from pathlib import Path
 
@@ -46,8 +46,7 @@ CAPACITY_GAIN_OVER_VLLM = 2.6
 CAPACITY_TP_GAIN_OVER_VLLM = 3.7
 CHUNK512_PREFILL_OVERHEAD = 0.25
 
-# The paper's A6000 as the simulator's device file states it, read as data so analysis imports no
-# torch.
+# The paper's A6000 as the simulator's device file states it, read as data (no torch).
 _A6000 = yaml.safe_load((Path(__file__).parents[1] / "sim" / "devices" / "a6000.yaml").read_text())
 A6000_GFLOPS = _A6000["peak_flops"] / 1e9
 A6000_GBPS = _A6000["memory_bandwidth"] / 1e9

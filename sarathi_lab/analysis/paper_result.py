@@ -7,33 +7,29 @@ from typing import Any
 
 
 def gpu_minutes(startup_s: float, job_s: float, jobs: int, slower: float = 1.0) -> float:
-    """Expected GPU minutes: start-up plus jobs at their measured seconds, times ``slower`` and 1.3
-    (measure/gpu/plan.py's rule)."""
+    """Expected GPU minutes: start-up plus jobs at measured seconds, times ``slower`` and 1.3."""
     return round(1.3 * slower * (startup_s + jobs * job_s) / 60, 1)
 
 
 @dataclass(frozen=True)
 class GpuPart:
-    """A step of a sweep too long for one call: ``paper.<result>.<name>``, into the result's sweep
-    folder."""
+    """A step of a sweep too long for one call: ``paper.<result>.<name>``, into its sweep folder."""
     name: str
     minutes: float
 
 
 @dataclass(frozen=True)
 class Unscaled:
-    """The sweep at the paper's setting (``experiment=own/<result>``) where ``gpu/<result>`` is
-    scaled down: what ``--own`` runs."""
+    """The sweep at the paper's setting (``experiment=own/<result>``) that ``--own`` runs."""
     minutes: float
     parts: tuple[GpuPart, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuRun:
-    """The result's GPU sweep, ``experiment=gpu/<result>``; ``parts``: its steps where one call
-    cannot hold it."""
-    minutes: float        # expected, interpreter and model builds included (gpu_minutes)
-    order: int  # its place in the suite (measure/gpu/plan.py orders the profiles by it too)
+    """The result's GPU sweep, ``experiment=gpu/<result>``; ``parts`` where one call can't."""
+    minutes: float        # expected, interpreter and model builds included
+    order: int  # its place in the suite (which orders the profiles by it too)
     parts: tuple[GpuPart, ...] = ()
     unscaled: Unscaled | None = None   # None: ``gpu/<result>`` is already the paper's setting
 
@@ -46,10 +42,8 @@ class PaperResult:
     # (results, simulated=None) -> Figure; imports matplotlib itself, so the registry does not
     figure: Callable[..., Any]
     reading: str = ""  # markdown under the figure's heading: what to look for
-    # Why a claim's verdict differs between cost models, by claim text
-    # (claims.mark_cost_model_differences).
+    # Why a claim's verdict differs between cost models, by claim text.
     cost_models_differ: dict[str, str] = field(default_factory=dict)
     gpu: GpuRun | None = None
-    # False: not run on the simulator (``executor=sim`` refuses its real ranks; each job carries its
-    # own prediction).
+    # False: not run on the simulator (``executor=sim`` refuses its real ranks).
     simulated: bool = True

@@ -5,10 +5,8 @@
     # RESULTS.md's GPU claims from docs/gpu/*/*/claims.csv:
     python -m sarathi_lab.analysis.publish --gpu-claims
 
-Each result's ``<name>.png`` from the measured root and ``<name>_sim.png`` from the first simulated
-one; the claims table from all, then docs/capacity/'s rows and figures. A figure whose runs the
-roots lack is left as it is, and named. A file of another source, scale, machine or commit
-(docs/figures/provenance.json) is replaced only with --force.
+A figure whose runs the roots lack is left as it is, and named; a file of another source, scale,
+machine or commit (docs/figures/provenance.json) is replaced only with --force.
 """
 from __future__ import annotations
 
@@ -68,7 +66,7 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
             print(f"{result.name}: {claims.no_run(results.root)}")
             continue
         fig = registry.draw(result, results)
-        if fig is None:  # every run of it left out as unreliable: say so, keep the committed one
+        if fig is None:  # every run left out as unreliable: say so, keep the committed one
             print(f"{result.name}: no figure drawn: {results.unreliable_note(result.name)}")
             continue
         path = figures.save(fig, docs, result.name + suffix)
@@ -80,9 +78,7 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
 def publish(measured: str | Path | None, simulated: list[str | Path],
             docs: str | Path = capacity_docs.DOCS,
             include_unreliable: bool = False, force: bool = False) -> list[Path]:
-    """The files written; a ReplaceRefused before writing where one would replace another source's,
-    scale's, machine's or commit's (unless ``force``)."""
-    # refused before anything is written
+    """The files written; ReplaceRefused first where one would replace another provenance's."""
     capacity_docs.check_tables(docs)
     docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
     runs = (None if measured is None

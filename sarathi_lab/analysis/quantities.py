@@ -29,10 +29,8 @@ def _time_noise(piggyback: pd.DataFrame, point: list[str]) -> pd.Series:
 
 
 def decode_speedup(piggyback: pd.DataFrame) -> pd.DataFrame:
-    """A baseline decode token costs decode_only / B, a piggybacked one (hybrid - chunk_alone) / (B
-    - 1) (the paper's Table 2). Seeds stay apart: averaging a difference lost in noise with one that
-    is not makes a speedup neither measured. Where unresolved, ``gain`` is NaN and ``gain_bound``
-    what the repeats do say."""
+    """A decode costs decode_only / B alone, (hybrid - chunk_alone) / (B - 1) riding (Table 2).
+    Seeds stay apart (averaging in a noise-lost difference misleads); unresolved: ``gain`` NaN."""
     point = ["seq_len", "batch_size", "chunk",
              *(["chunk_align"] if "chunk_align" in piggyback else [])]
     keys = [*point, *(["seed"] if "seed" in piggyback and piggyback.seed.nunique() > 1 else [])]

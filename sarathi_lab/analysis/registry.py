@@ -1,5 +1,4 @@
-"""The paper's results, each a module in ``analysis/paper_results/`` whose ``RESULT`` registers it.
-"""
+"""The paper's results, each a module in ``analysis/paper_results/`` registering ``RESULT``."""
 from __future__ import annotations
 
 import importlib
@@ -36,8 +35,7 @@ def by_name(name: str) -> PaperResult:
 
 
 def draw(result: PaperResult, runs, simulated=None):
-    """The result's figure; with every measured run left out, the simulated runs alone and why.
-    None: nothing to draw."""
+    """The result's figure; measured runs all left out: the simulated alone, and why. None: none."""
     if not runs.summary(result.name).empty:
         return result.figure(runs, simulated)
     if (simulated is None or result.name in simulated.missing()

@@ -1,5 +1,4 @@
-"""Where each experiment's runs are under a results root: its newest complete sweep, else its newest
-with a finished run, marked incomplete wherever shown."""
+"""Each experiment's runs under a results root: newest complete sweep, else newest, marked so."""
 from __future__ import annotations
 
 import logging
@@ -38,7 +37,7 @@ def sweeps(root: str | Path, name: str) -> list[Path]:
     finished = {}
     for metrics in (Path(root) / name / "multiruns").glob(f"*/**/{METRICS}"):
         relative = metrics.relative_to(Path(root) / name / "multiruns")
-        if is_read(relative):  # not W&B's copy of a run's file, nor a run set aside
+        if is_read(relative):  # not W&B's copy, nor a run set aside
             finished[relative.parts[0]] = max(finished.get(relative.parts[0], 0.0),
                                               metrics.stat().st_mtime)
     return [Path(root) / name / "multiruns" / s
@@ -72,8 +71,7 @@ class Choice:
 
 
 def download_wandb(project: str, root: str | Path, names=None) -> Path:
-    """Each experiment's newest W&B group into ``root``, laid out as local runs
-    (``root/<name>/multiruns/<group>/<run id>/``)."""
+    """Each experiment's newest W&B group into ``root``, laid out as local runs."""
     import wandb
 
     api = wandb.Api()
@@ -98,8 +96,7 @@ UNRELIABLE = "env.timing_unreliable"
 
 @dataclass(eq=False)
 class Results:
-    """Each experiment's runs under one root, loaded on first use; unreliable runs left out unless
-    ``include_unreliable``; ``seed`` keeps one repeat."""
+    """Each experiment's runs under a root, loaded on use; unreliable ones out unless asked."""
     root: Path
     include_unreliable: bool = False
     seed: int | None = None
@@ -113,14 +110,13 @@ class Results:
             self.include_incomplete = env_flag(INCLUDE_INCOMPLETE_ENV)
 
     def choice(self, name: str) -> Choice:
-        """The newest complete sweep, or the newest of all with ``include_incomplete`` or none
-        complete."""
+        """The newest complete sweep, else (``include_incomplete`` or none complete) the newest."""
         if name not in self._choices:
             found = sweeps(self.root, name)
             if not found:
                 raise FileNotFoundError(f"no finished run of {name} under {self.root}")
             states = []
-            for sweep in found:  # their states read newest first, only as far as needed
+            for sweep in found:
                 states.append((sweep, sweep_state(sweep)))
                 if self.include_incomplete or states[-1][1].complete:
                     self._choices[name] = Choice(*states[-1], states[:-1])
@@ -133,8 +129,7 @@ class Results:
         return self.choice(name).sweep
 
     def sweep_note(self, name: str) -> str:
-        """'incomplete: 2 of 4 jobs finished; ...', or the newer incomplete sweep passed over, or
-        ''."""
+        """'incomplete: 2 of 4 jobs finished; ...', or the newer incomplete sweep passed, or ''."""
         return self.choice(name).note(self.include_incomplete)
 
     def missing(self) -> list[str]:
@@ -150,8 +145,7 @@ class Results:
         return self._tables[name, table]
 
     def _current_jobs(self, name: str, runs: pd.DataFrame, warn: bool) -> pd.DataFrame:
-        """``runs`` of the jobs the sweep's last launch ran: others (an earlier launch's) are left
-        out, and said so."""
+        """``runs`` of the jobs the sweep's last launch ran; earlier ones' left out, and said."""
         sweep, state = self.sweep(name), self.choice(name).state
         if (not len(runs) or not state.ended
                 or not isinstance(read_json(sweep / SWEEP_SUMMARY), dict)):
@@ -212,8 +206,7 @@ class Results:
                 "machine": str(row.get("env.device_name", "")), "commit": self.commits(name)}
 
     def commits(self, name: str) -> str:
-        """'6218397', 'unrecorded', or with several each with its count: 'mixed: 6218397 (3 runs),
-        abcdef0 (1 run)'."""
+        """'6218397', 'unrecorded', or 'mixed: 6218397 (3 runs), abcdef0 (1 run)'."""
         summary = self.summary(name)
         if summary.empty:
             summary = self._loaded(name, "summary")
@@ -225,11 +218,9 @@ class Results:
                                      for c, n in sorted(counts.items()))
 
     def lacking_note(self, name: str, short: bool = False) -> str:
-        """What the tables silently leave out: unreadable runs and metrics only some runs recorded;
-        '' where nothing. ``short``: no reasons."""
+        """What the tables silently leave out; ``short``: without the reasons."""
         sweep, keys, unreadable = self.sweep(name), {}, []
         summary = self.summary(name)
-        # none where every run is unreadable
         kept = set(summary.run_dir) if "run_dir" in summary else set()
         for path in sorted(sweep.rglob(METRICS), key=natural_order):
             if not is_read(path.relative_to(sweep)):
@@ -258,19 +249,16 @@ class Results:
         return "; ".join(notes)
 
     def scale(self, name: str) -> str:
-        """'ci' or 'full': the runs' own ``scale``, or a ``ci-*`` sweep folder (``produce --scale
-        ci``)."""
+        """'ci' or 'full': the runs' own ``scale``, or a ``ci-*`` sweep folder."""
         summary = self._loaded(name, "summary")
         recorded = set(summary["scale"].dropna()) if "scale" in summary else set()
         return "ci" if "ci" in recorded or self.sweep(name).name.startswith("ci-") else "full"
 
     def executor(self, name: str) -> dict[str, str]:
-        """``executor`` (model | sim) and, simulated, ``sim_device``, ``sim_cost_model``, ``sim_tp``
-        and ``sim_pp``."""
+        """``executor`` and, simulated, its sim_* settings."""
         engine = {}
         sweep = self.sweep(name)
         for metrics in sorted(sweep.glob(f"*/**/{METRICS}")):
-            # W&B's copy of a run's file, a run set aside
             if not is_read(metrics.relative_to(sweep)):
                 continue
             try:
@@ -292,8 +280,7 @@ class Results:
                           str(self._loaded(name, "summary").iloc[0].get("env.device", "")))
 
     def describe(self, name: str) -> str:
-        """For figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)' and
-        notes."""
+        """Figure titles: e.g. 'measured CPU: cpu-small, AMD EPYC, float32 (full scale)'."""
         row = self._loaded(name, "summary").iloc[0]
         where = ("predicted by the cost model, not measured"
                  if recorded_as(self.executor(name)["executor"], "simulated")
@@ -308,8 +295,7 @@ class Results:
                 f"{row.get('env.dtype', 'unrecorded')} ({self.scale(name)} scale{notes})")
 
     def nothing_kept_note(self, name: str) -> str:
-        """Stands in for a figure with no kept run: how many were left out, why, and how to draw
-        them anyway."""
+        """Stands in for a figure with no kept run: how many left out, why, how to draw them."""
         flagged = len(self._unreliable_runs(name))
         if not flagged:
             unreadable = self.lacking_note(name)
@@ -331,8 +317,7 @@ class Results:
 def load_results(root: str | Path, wandb_project: str | None = None,
                  include_unreliable: bool = False,
                  include_incomplete: bool | None = None) -> Results:
-    """The runs of every experiment under ``root``, with ``wandb_project`` downloaded there first.
-    """
+    """The runs of every experiment under ``root``, ``wandb_project`` downloaded there first."""
     if wandb_project:
         folder = Path(root) / "wandb" / wandb_project.replace("/", "__")
         root = download_wandb(wandb_project, folder)

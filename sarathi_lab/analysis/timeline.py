@@ -3,11 +3,9 @@ results contract alone, as vidur exports its simulated timeline:
 
     python -m sarathi_lab.analysis.timeline RUN_DIR [--out FILE] [--start-s S --duration-s D]
 
-Open it in https://ui.perfetto.dev or chrome://tracing. Process ``engine``: the iterations track
-(events named prefill / decode / hybrid, args their tokens, requests and times) and counters of
-tokens and KV blocks; process ``requests``: a track per request (lifecycle.py). Microseconds on the
-run's clock; ``otherData`` says which clock, the source and what an older run did not record.
-``.gz`` is gzipped. Also written by ``export.timeline=true``."""
+Open it in https://ui.perfetto.dev or chrome://tracing: process ``engine`` holds the iterations and
+counters of tokens and KV blocks, process ``requests`` a track per request. Microseconds on the
+run's clock (``otherData`` says which). Also written by ``export.timeline=true``."""
 from __future__ import annotations
 
 import gzip
@@ -40,9 +38,9 @@ from sarathi_lab.harness.results import (
 )
 
 log = logging.getLogger(__name__)
-TRACE = "timeline.json"     # where a run's trace goes, in its directory
+TRACE = "timeline.json"
 ENGINE_PID, REQUESTS_PID = 1, 2
-US = 1e6                    # the format's microseconds per second
+US = 1e6
 
 
 def _us(t0: float, t1: float) -> tuple[float, float]:
@@ -54,9 +52,9 @@ def _us(t0: float, t1: float) -> tuple[float, float]:
 @dataclass(frozen=True)
 class RunTables:
     run_dir: Path
-    iterations: pd.DataFrame    # sorted by iteration
+    iterations: pd.DataFrame
     requests: pd.DataFrame
-    record: dict[str, Any]      # metrics.json
+    record: dict[str, Any]
     partial: bool
 
     @property
@@ -73,8 +71,7 @@ class RunTables:
         return missing(self.iterations)
 
     def describe(self) -> str:
-        """'sarathi, tiny, chunk 64, batch 4: measured CPU, wall clock' and what the run says of
-        itself."""
+        """'sarathi, tiny, chunk 64, batch 4: measured CPU, wall clock' and what the run says."""
         config, env = self.record["config"], self.record["environment"]
         notes = (["partial"] * self.partial
                  + ["timing unreliable"] * bool(env.get("timing_unreliable")))
@@ -92,8 +89,7 @@ REQUIRED_COLUMNS = {
 
 
 def load_run(run_dir: str | Path) -> RunTables:
-    """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun where none.
-    """
+    """A finished run's tables (or an interrupted one's ``*.partial.*``); UnreadableRun if none."""
     run_dir = Path(run_dir)
     partial = not (run_dir / METRICS).is_file() and (run_dir / "metrics.partial.json").is_file()
     suffix = ".partial" if partial else ""
@@ -168,8 +164,7 @@ def _names(run: RunTables) -> list[dict]:
 
 
 def iteration_lanes(starts, ends) -> list[int]:
-    """A track per iteration, none overlapping on a track: one track unless a pipeline's
-    micro-batches overlap."""
+    """A track per iteration, none overlapping: one unless a pipeline's micro-batches overlap."""
     lane_ends: list[float] = []
     lanes = []
     for t0, t1 in zip(starts, ends):
@@ -202,16 +197,14 @@ def _iteration_events(run: RunTables, keep) -> list[dict]:
 
 
 def _members(its: pd.DataFrame) -> list[dict[str, Any]]:
-    """Each iteration's requests as event args: prefill chunks {request id: tokens}, decodes,
-    preempted."""
+    """Each iteration's requests as event args: prefill chunks {request id: tokens}, decodes."""
     return [{"prefill_chunks": {str(r): n for r, n in zip(int_list(ids), int_list(tokens))},
              "decode_request_ids": int_list(decodes), "preempted_request_ids": int_list(preempted)}
             for ids, tokens, decodes, preempted in zip(*(its[c] for c in MEMBERSHIP))]
 
 
 def _counters(run: RunTables, lo: float, hi: float) -> list[dict]:
-    """Counter samples at each iteration's start, back to zero at its end unless one follows at
-    once."""
+    """Counter samples at each iteration's start, back to zero at its end unless one follows."""
     its = run.iterations
     if not len(its):
         return []

@@ -1,5 +1,4 @@
-"""Batch timelines of runs on the same arrivals, stacked: iterations as bars (width its time, height
-its tokens) over the requests' lifecycles."""
+"""Batch timelines of runs on the same arrivals: iterations as bars over requests' lifecycles."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -21,8 +20,7 @@ FEW_SECONDS = 4.0
 
 def draw(runs: dict[str, RunTables | str | Path], start_s: float = 0.0,
          duration_s: float | None = None):
-    """``runs`` ({label: run or its directory}) stacked over [start_s, start_s + duration_s] (None:
-    to the end)."""
+    """``runs`` ({label: run or directory}) stacked over [start_s, start_s + duration_s]."""
     runs = {label: run if isinstance(run, RunTables) else load_run(run)
             for label, run in runs.items()}
     end = max(float((r.iterations.start_s + r.iterations.duration_s).max()) for r in runs.values()
@@ -82,8 +80,7 @@ def _requests(ax, run: RunTables, lo: float, hi: float) -> None:
 
 def scheduler_pair(runs, experiment: str = EXPERIMENT,
                    schedulers=SCHEDULERS) -> dict[str, RunTables] | str:
-    """``schedulers``' runs on the same arrivals at the highest rate both have; else why there are
-    none."""
+    """``schedulers``' runs on the same arrivals at the highest rate both have; else why none."""
     try:
         summary = runs.summary(experiment)
     except FileNotFoundError as e:

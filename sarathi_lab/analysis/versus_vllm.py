@@ -94,8 +94,7 @@ def claims_rows(runs: pd.DataFrame) -> list[dict]:
 
 
 def _unreliable(runs: pd.DataFrame) -> str:
-    """Drawn whatever the load (both engines measured alike), but said: runs flagged and the load
-    average."""
+    """Drawn whatever the load (both engines measured alike), with flagged runs and load said."""
     flags = runs.get("env.timing_unreliable", pd.Series(dtype=bool))
     flagged = int(flags.fillna(False).astype(bool).sum())
     if not flagged:
@@ -131,9 +130,8 @@ def scale(runs: pd.DataFrame) -> str:
 
 
 def figure(runs: pd.DataFrame):
-    """Over load: TTFT (p50, p99), P99 TBT, throughput; colour the engine, style chunked prefill
-    on/off, bands the seed range."""
-    from sarathi_lab.analysis import figures  # matplotlib only when drawn
+    """Over load: TTFT p50/p99, P99 TBT, throughput; colour engine, style chunking, bands seeds."""
+    from sarathi_lab.analysis import figures
 
     fig, axes = figures.subplots(1, 3, figsize=(18, 4.8))
     # One colour and line per engine and mode in every figure.
@@ -171,8 +169,7 @@ def figure(runs: pd.DataFrame):
 
 
 def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) -> list[Path]:
-    """The figure and its claims under ``docs/figures``, refused over another source's files unless
-    ``force``."""
+    """The figure and claims in ``docs/figures``; another source's replaced only with ``force``."""
     import matplotlib.pyplot as plt
 
     from sarathi_lab.analysis import figures

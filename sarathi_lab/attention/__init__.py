@@ -1,5 +1,4 @@
-"""Attention backends register themselves on import (backend.register_backend); every module of
-this package that defines one is imported here, so that a new backend is its own file."""
+"""Attention backends register on import; each module here is imported, a backend its own file."""
 from sarathi_lab.attention import torch_backend, triton_backend  # noqa: F401
 from sarathi_lab.attention.backend import AttentionBackend, backend_class, backend_names, make_backend, register_backend
 from sarathi_lab.attention.metadata import AttentionMetadata

@@ -1,6 +1,4 @@
-"""The interface every attention backend implements, its capabilities as class attributes, and the
-registry that picks one by name: a backend registers itself (register_backend), as schedulers do, and
-the package imports every backend module."""
+"""The attention backend interface, capabilities as class attributes, and its name registry."""
 from __future__ import annotations
 
 import functools
@@ -14,19 +12,18 @@ from sarathi_lab.config import ATTENTIONS, check_attention_hybrid
 
 log = logging.getLogger("sarathi_lab")
 
-# The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for keys and
-# the same for values. Block-major keeps a request's block contiguous, the layout vLLM uses.
+# The paged KV cache of one layer: [num_blocks, block_size, num_kv_heads, head_dim], keys and values
+# alike; block-major keeps a request's block contiguous, as vLLM lays it out.
 
 
 class AttentionBackend(ABC):
-    """Backends hold no per-iteration state: what every layer of an iteration shares is built once,
-    by ``plan``, onto the metadata all layers see."""
+    """Backends hold no per-iteration state: what the layers share is built once by ``plan``."""
 
-    # Its registry name (register_backend); the attention= value that picks it.
+    # Its registry name: the attention= value that picks it.
     name: str
     # Its forward reads every per-batch value from device tensors, so a CUDA graph can replay it.
     replayable: bool = False
-    # The device types it runs on (torch.device.type) and those on which attention=auto picks it.
+    # Device types it runs on (torch.device.type), and those on which attention=auto picks it.
     devices: tuple[str, ...] = ("cpu", "cuda")
     preferred_on: tuple[str, ...] = ()
 
@@ -35,8 +32,7 @@ class AttentionBackend(ABC):
 
     def warm(self, query_lens: list[int], seq_lens: list[int], num_prefills: int, num_heads: int,
              k_cache: torch.Tensor) -> None:
-        """Plan a likely next batch of these lengths ahead, while the device runs this one, so its
-        own planning finds the work done; a backend that keeps no plans has nothing to do."""
+        """Plan a likely next batch of these lengths while the device runs this one."""
 
     @abstractmethod
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -45,10 +41,8 @@ class AttentionBackend(ABC):
 
     def rope_write_kv(self, rotary, positions: torch.Tensor, qkv: torch.Tensor, num_heads: int, num_kv_heads: int,
                       k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """The queries of ``qkv`` ([T, (heads + 2 * kv_heads) * head_dim], the fused projection's output)
-        rotated by ``rotary`` (the model's RotaryEmbedding) at ``positions``, after its rotated keys and
-        its values were stored (``write_kv``); returns the queries [T, heads, head_dim]. Two steps here;
-        a backend may fuse them."""
+        """``qkv``'s queries rotated at ``positions``, after its rotated keys and values were stored
+        (``write_kv``); a backend may fuse the two steps."""
         t, head_dim = qkv.shape[0], k_cache.shape[-1]
         # q and k rotate together: one pass over both, same angles per token.
         qk = rotary(positions, qkv[:, : (num_heads + num_kv_heads) * head_dim].view(t, -1, head_dim))
@@ -60,8 +54,7 @@ class AttentionBackend(ABC):
     @abstractmethod
     def attend(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Causal attention of ``query`` ([T, heads, head_dim]) over each request's cached context, which
-        holds this step's keys already (``write_kv`` ran); returns [T, heads, head_dim]."""
+        """Causal attention over each request's cached context (this step's keys included)."""
 
 
 _REGISTRY: dict[str, type[AttentionBackend]] = {}
@@ -83,8 +76,7 @@ def backend_names() -> tuple[str, ...]:
 
 
 def backend_class(name: str, device: torch.device) -> type[AttentionBackend]:
-    """The backend ``name`` picks on ``device``: ``auto`` is the one that prefers the device's type
-    (the Triton kernels on CUDA), else FALLBACK."""
+    """``auto``: the backend that prefers the device's type (Triton on CUDA), else FALLBACK."""
     if name == "auto":
         name = next((n for n, cls in _REGISTRY.items() if device.type in cls.preferred_on), FALLBACK)
     if name not in _REGISTRY:
@@ -93,10 +85,8 @@ def backend_class(name: str, device: torch.device) -> type[AttentionBackend]:
 
 
 def interpreted(name: str, device: torch.device) -> str | None:
-    """Why attention ``name`` on ``device`` times no kernel of its own (a backend off the devices it is
-    compiled for runs Triton's interpreter in Python, tens of times slower than the compiled kernel and
-    than attention=torch), or None. The one home of that answer: the engine warns by it, and the
-    harness flags the run's timings by it."""
+    """Why ``name`` on ``device`` times no kernel of its own (Triton's interpreter, tens of times
+    slower), or None: the one answer the engine warns by and the harness flags timings by."""
     cls = backend_class(name, device)
     if device.type in cls.devices:
         return None
@@ -110,8 +100,7 @@ def _warn_interpreted(why: str) -> None:
 
 
 def make_backend(name: str, device: torch.device, hybrid: str = "sequential") -> AttentionBackend:
-    """``hybrid`` (EngineConfig.attention_hybrid): the Triton kernels' way with hybrid batches; any
-    other backend takes only ``sequential``."""
+    """``hybrid`` (EngineConfig.attention_hybrid): Triton's way; other backends: ``sequential``."""
     cls = backend_class(name, device)
     check_attention_hybrid(hybrid, cls.name)
     if (why := interpreted(name, device)) is not None:

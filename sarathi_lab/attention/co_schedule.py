@@ -1,19 +1,17 @@
 """When a hybrid batch's attention runs co-scheduled (``attention_hybrid=pod``): only where a lease
-measured the co-scheduled launch faster than the sequential kernels at the nearest shape it measured.
-The measurements are the device's tuned table's ``co_schedule`` entries (rows of the suite's ``hybrid``
-step); a device without them never co-schedules, since the kernel loses as often as it wins."""
+measured that launch faster than the sequential kernels at the nearest shape (the device's tuned
+table's ``co_schedule`` entries). Without entries never: the kernel loses as often as it wins."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from sarathi_lab.tuned_kernels import co_schedule_entries  # the table's schema: one home
+from sarathi_lab.tuned_kernels import co_schedule_entries
 
 
 @dataclass(frozen=True)
 class MeasuredHybrid:
-    """One shape the lease timed both ways: a chunk of ``chunk`` tokens beside ``decodes`` decodes at
-    ``context`` tokens of context, and the co-scheduled launch's time over the sequential one's."""
+    """A chunk beside ``decodes`` at ``context``: co-scheduled time over sequential."""
 
     heads: int
     kv_heads: int
@@ -39,9 +37,7 @@ class CoScheduleRule:
     measured: tuple[MeasuredHybrid, ...] = ()
 
     def co_schedules(self, group: int, chunk_tokens: int, decodes: int, context: int) -> bool:
-        """Whether a batch of ``chunk_tokens`` prefill tokens beside ``decodes`` decodes of mean context
-        ``context`` on heads of GQA group ``group`` runs co-scheduled: the nearest measured shape of
-        that group was faster so."""
+        """Whether this batch co-schedules: the nearest measured shape of its group was faster."""
         same = [m for m in self.measured if m.group == group]
         if not same or chunk_tokens < 1 or decodes < 1:
             return False
@@ -50,8 +46,7 @@ class CoScheduleRule:
 
     @classmethod
     def from_entries(cls, entries, source: str) -> CoScheduleRule:
-        """The rule of a table's ``co_schedule`` list, checked by the table's schema: a bad entry fails in
-        one line naming ``source`` and the entry's field."""
+        """A table's ``co_schedule`` list's rule: a bad entry fails in one line naming the field."""
         return cls(tuple(MeasuredHybrid(**entry) for entry in co_schedule_entries(source, entries)))
 
 
@@ -59,8 +54,7 @@ NEVER = CoScheduleRule()
 
 
 def entries_from_rows(rows: list[dict]) -> list[dict]:
-    """A table's ``co_schedule`` entries from the ``hybrid`` step's rows (hybrid_attention.csv): the
-    co-scheduled launch (``pod_ms``) over the sequential kernels (``sequential_ms``) per shape."""
+    """A table's ``co_schedule`` entries from hybrid_attention.csv: pod over sequential."""
     out = []
     for row in rows:
         if row.get("pod_ms") and row.get("sequential_ms"):

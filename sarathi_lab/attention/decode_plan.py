@@ -1,5 +1,4 @@
-"""How the torch backend's sdpa path reads an iteration's decodes: runs of consecutive blocks in
-place, the rest gathered in groups of similar length (docs/cpu_engine.md). Decided once per iteration."""
+"""How the torch sdpa path reads decodes: block runs in place, the rest gathered by length."""
 from __future__ import annotations
 
 import itertools
@@ -10,11 +9,11 @@ import torch
 from sarathi_lab.attention.metadata import AttentionMetadata
 from sarathi_lab.engine.block_manager import blocks_for
 
-# A decode joins the current group while its context needs at least this share of the group's
-# longest context: at most 1 - share of a group's gathered rows are padding.
+# A decode joins the current group while its context is at least this share of the group's longest:
+# at most 1 - share of a group's gathered rows are padding.
 GROUP_SHARE = 0.7
-# Runs of at least this many consecutive blocks are read in place instead of gathered: below it
-# the per-call cost of a separate attention call exceeds the copy it saves (measured on cpu-small).
+# Shorter runs of consecutive blocks are gathered: a separate attention call costs more than the
+# copy it saves (measured on cpu-small).
 MIN_RUN = 8
 
 
@@ -24,20 +23,20 @@ class DecodeGroup:
     blocks: torch.Tensor  # int64 [n * nblocks]: the group's block tables, flattened
     n: int
     nblocks: int
-    ctx: int  # keys attended: the longest context when masked, the common one otherwise
-    # [n, 1, 1, nblocks * block_size], True/0 where a key is attended (bool for F.sdpa, additive
-    # float for the flash op); None if all contexts are equal.
+    ctx: int  # keys attended: the longest context when masked, else the common one
+    # [n, 1, 1, keys], True/0 where a key is attended (bool for F.sdpa, additive for the flash op);
+    # None if all contexts are equal.
     mask: torch.Tensor | None
-    # [n, 1, nblocks * block_size, 1], True at the padding keys the mask hides (zeroed: a block's
-    # unwritten slots may hold a previous owner's NaN or inf, and NaN times a zero weight is NaN).
+    # [n, 1, keys, 1], True at padding keys (zeroed: an unwritten slot may hold a previous owner's
+    # NaN, and NaN times a zero weight is NaN).
     pad: torch.Tensor | None = None
 
 
 @dataclass
 class DecodePlan:
-    groups: list[DecodeGroup]  # the gathered parts
+    groups: list[DecodeGroup]
     runs: list[tuple[int, int, int]]  # parts read in place: (decode index, first block, tokens)
-    # Decode index of every part, groups' rows first, then runs; None when nothing is in place.
+    # Decode index of every part, groups' rows then runs; None when nothing is in place.
     owners: torch.Tensor | None = None
     single: bool = True  # every decode has exactly one part: no merge needed
 
@@ -77,8 +76,7 @@ def _block_runs(table: list[int]):
 
 def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int, device,
             additive: bool) -> tuple[list[DecodeGroup], list[list[int]]]:
-    """Padded gather groups of decodes with similar lengths, and each group's decode indices.
-    ``rest``: per decode, the blocks and tokens to gather, when not its whole table."""
+    """Padded gather groups of decodes of similar length; ``rest``: partial blocks to gather."""
     if not rows:
         return [], []
     p = meta.num_prefills

@@ -1,6 +1,6 @@
-"""What one forward pass needs to know about its hybrid batch, as tensors: prefill chunks first, then
-one token per decode. Request ``i`` owns query rows ``query_start_loc[i]:query_start_loc[i+1]`` and,
-once this step's keys are written, its first ``seq_lens[i]`` cache slots."""
+"""What one forward pass needs to know about its hybrid batch, as tensors: prefill chunks first,
+then one token per decode. Request ``i`` owns query rows ``query_start_loc[i]:query_start_loc[i+1]``
+and its first ``seq_lens[i]`` cache slots."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,9 +18,9 @@ class AttentionMetadata:
     query_start_loc: torch.Tensor
     # int32 [R]: context length of each request including this step's tokens.
     seq_lens: torch.Tensor
-    # int32 [R, max_blocks]: physical block ids, padded with 0 past each request's last block.
+    # int32 [R, max_blocks]: physical block ids, 0 past each request's last block.
     block_tables: torch.Tensor
-    # int64 [T]: flat cache slot (block * block_size + offset) where each token's key/value goes.
+    # int64 [T]: the cache slot (block * block_size + offset) of each token's key/value.
     slot_mapping: torch.Tensor
     # Host copies: the torch backend loops over prefills in Python and must not sync per request.
     query_lens_host: list[int]

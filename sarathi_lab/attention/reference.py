@@ -1,6 +1,5 @@
 """The attention every backend and kernel is held to: each request's context gathered from its cache
-blocks, then PyTorch's causal ``scaled_dot_product_attention``, aligned bottom-right. Plain and slow on
-purpose (one request at a time, nothing planned or reused); unwritten cache slots are never read."""
+blocks, then PyTorch's causal sdpa aligned bottom-right. Plain and slow on purpose."""
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,6 @@
-"""Paged attention in PyTorch: the CPU path (attention/reference.py is the plain version). On the CPU
-the C++ kernels read keys and values in place; elsewhere sdpa over gathered contexts, decodes laid out
-by ``decode_plan`` (docs/cpu_engine.md). What an iteration's layers share is built once by ``plan``."""
+"""Paged attention in PyTorch, the CPU path (attention/reference.py is the plain version): on the
+CPU C++ kernels read keys and values in place; elsewhere sdpa over gathered contexts, decodes laid
+out by ``decode_plan`` (docs/cpu_engine.md)."""
 from __future__ import annotations
 
 import weakref
@@ -33,8 +33,8 @@ class TorchAttention(AttentionBackend):
         # False: always the sdpa paths (tests hold the two against each other).
         self.cpu_kernel = cpu_kernel
         self._workspace: torch.Tensor | None = None
-        # The kernels' plan depends on the cache alone: kept (weakly keyed by it) rather than rebuilt
-        # on a host whose caches a forward pass has just flushed.
+        # The kernels' plan depends on the cache alone: kept (weakly keyed) rather than rebuilt on a
+        # host whose caches a forward pass has just flushed.
         self._kernel_plan: tuple[weakref.ref, TorchPlan] | None = None
 
     def write_kv(self, key, value, k_cache, v_cache, meta: AttentionMetadata) -> None:
@@ -59,7 +59,7 @@ class TorchAttention(AttentionBackend):
         meta.plan = TorchPlan(_layout(k_cache), False, plan_decodes(meta, block_size, device), masks)
 
     def _planned(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> TorchPlan:
-        # Callers outside the engine (benchmarks, tests) may write or attend without planning first.
+        # Callers outside the engine (benchmarks, tests) may skip planning.
         if not isinstance(meta.plan, TorchPlan) or meta.plan.layout != _layout(k_cache):
             self.plan(meta, k_cache)
         return meta.plan
@@ -93,8 +93,7 @@ class TorchAttention(AttentionBackend):
         return out
 
     def _decode(self, plan: DecodePlan, query, out, k_cache, v_cache, scale: float) -> None:
-        # With runs in place, parts with their log-sum-exp, merged below. Grouped-query heads ride as
-        # query rows: [n, kv_heads, heads / kv_heads, d] against [n, kv_heads, keys, d].
+        # Runs in place: parts with their log-sum-exp, merged below; GQA heads ride as query rows.
         n, heads, d = query.shape
         _, bs, kvh, _ = k_cache.shape
         outs, lses = [], []
@@ -137,13 +136,12 @@ class TorchAttention(AttentionBackend):
 
     def _gather(self, k_cache, v_cache, blocks: torch.Tensor, n: int, nblocks: int,
                 pad: torch.Tensor | None = None):
-        """Keys and values of ``n`` requests' ``nblocks`` blocks each, as [n, kv_heads, nblocks * bs, d]
-        views of the workspace; zero where ``pad`` ([n, 1, nblocks * bs, 1]) is True."""
+        """``n`` requests' blocks as [n, kv_heads, keys, d] workspace views, 0 at ``pad``."""
         _, bs, kvh, d = k_cache.shape
         numel = n * nblocks * bs * kvh * d
         ws = self._workspace
         if ws is None or ws.numel() < 2 * numel or ws.dtype != k_cache.dtype or ws.device != k_cache.device:
-            # Zero-filled so that every page is mapped once, here, and not on each layer's first touch.
+            # Zero-filled: every page mapped once, here, not on each layer's first touch.
             self._workspace = ws = torch.zeros(2 * numel + numel // 4, dtype=k_cache.dtype, device=k_cache.device)
         blocks = blocks.reshape(-1)
         k = torch.index_select(k_cache, 0, blocks, out=ws[:numel].view(n * nblocks, bs, kvh, d))

@@ -1,5 +1,4 @@
-"""A scheduler's decision for one iteration, no tensors: prefill chunks first, then one token per
-decode (the Sarathi layout)."""
+"""One iteration's schedule, no tensors: prefill chunks first, then a token per decode."""
 from __future__ import annotations
 
 import functools
@@ -10,8 +9,7 @@ from sarathi_lab.engine.sequence import Sequence
 
 @dataclass(frozen=True)
 class ScheduledChunk:
-    """Fixed when scheduled, as a vLLM v1 SchedulerOutput: the request's later updates change
-    nothing here."""
+    """Fixed when scheduled, as vLLM v1's SchedulerOutput: later request updates change nothing."""
     seq: Sequence
     num_tokens: int
     start: int = field(init=False)

@@ -28,8 +28,7 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.watermark_blocks = watermark_blocks(watermark, num_blocks)
-        # Freed blocks are reused first, cache-warm; then never-used ones from _fresh up. Nothing
-        # per block: millions of blocks (a simulated GPU's cache) cost nothing to make.
+        # Freed blocks reused first (cache-warm), then fresh ones from _fresh up; nothing per block.
         self._freed: list[int] = []
         self._fresh = 0
 

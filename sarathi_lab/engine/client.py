@@ -1,5 +1,4 @@
-"""A serving run's client (vLLM's bench serve): the one home of the ``max_concurrency`` rule,
-whichever engine serves."""
+"""A serving run's client (vLLM's bench serve): the one home of the ``max_concurrency`` rule."""
 from __future__ import annotations
 
 import gc
@@ -24,17 +23,15 @@ class Served(Protocol):
 def serve(engine: Served, seqs: list[Sequence],
           on_iteration: Callable[[IterationRecord], None] | None = None,
           max_concurrency: int | None = None) -> None:
-    """Whatever stops the run, no request stays behind; one due at the cap arrives when one
-    finishes."""
+    """Whatever stops the run, no request stays behind; one due at the cap comes as one finishes."""
     pending = sorted(seqs, key=lambda s: s.priority)
-    # What exists now outlives the run: the collector need not walk it at every full collection
-    # (vLLM freezes its startup heap too). Thawed after, so nothing stays exempt.
+    # Startup objects outlive the run: frozen from full collections (as vLLM does), thawed after.
     gc.freeze()
     try:
         next_arrival = 0
         # Requests join and leave only between steps, so a capped client's send times follow from
-        # the last check's count: one due during the step was on time only while the system plus
-        # those on time before it stayed under the cap; the others arrive now.
+        # the last check's count: one due during the step was on time only while the system stayed
+        # under the cap.
         last_check, in_step = -math.inf, 0
         while next_arrival < len(pending) or engine.has_work():
             now = engine.elapsed()

@@ -1,5 +1,4 @@
-"""Every time the engine records is a difference of two ``now()`` readings; a virtual clock moves
-only by predicted times and arrival waits, so a simulated run is exact and repeatable."""
+"""Engine times are differences of ``now()``; a virtual clock makes simulation exact, repeatable."""
 from __future__ import annotations
 
 import time

@@ -50,8 +50,7 @@ def iteration_kinds(num_prefill_tokens, num_decode_tokens) -> np.ndarray:
     return np.select([prefill & decode, prefill], ["hybrid", "prefill"], "decode")
 
 
-# This many times its kind's median is a stall (a kernel compiled, the host descheduled), not its
-# work's cost: a run's iterations of one kind differ by a few times at most.
+# This many times its kind's median is a stall (a compile, a descheduled host), not work.
 STALL = 5.0
 
 
@@ -131,7 +130,7 @@ def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, f
     return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, found)}
 
 
-# Queue growth over the arrivals that marks arrivals outpacing service: this many, and this share.
+# Queue growth over the arrivals marking arrivals outpacing service: this many, this share.
 SATURATION_MIN_GROWTH = 4
 SATURATION_MIN_SHARE = 0.1
 
@@ -229,7 +228,7 @@ class Metrics:
         rows = []
         for r in self.requests:
             row = {REQUEST_COLUMNS.get(k, k): getattr(r, k) for k in _REQUEST_FIELDS}
-            row["token_times_s"] = list(r.token_times)  # a copy: the record's may grow
+            row["token_times_s"] = list(r.token_times)
             done = r.finish is not None
             row |= {"sched_delay_s": r.sched_delay if r.first_scheduled is not None else None,
                     "ttft_s": r.ttft if r.first_token is not None else None,

@@ -1,5 +1,4 @@
-"""Stop a run once its SLO verdict is certain: counts are known in advance and a value over its
-limit stays over, so an overloaded run's slowest part need not run."""
+"""Stop a run once its SLO verdict is certain, so an overloaded run's slowest part need not run."""
 from __future__ import annotations
 
 import math
@@ -29,7 +28,7 @@ class SLOGuard:
         self._late_needed, self._gaps_needed = (over_needed(num_requests, 50),
                                                 over_needed(total_gaps, 99))
         # A check visits only undecided requests, and only when a cheap upper bound on the counts
-        # could reach a verdict: what it would count stays, so it stops at the same iteration.
+        # could reach a verdict, so it stops at the same iteration.
         self._seen = 0
         self._iterations_seen = 0
         self._late = 0

@@ -6,8 +6,7 @@ GEMM_TILE = 128
 
 
 def aligned_chunk(chunk: int, decodes: int, tile: int = GEMM_TILE) -> int:
-    """The largest chunk keeping chunk + decodes a tile multiple, as one token past it costs a whole
-    tile of GEMM work (Fig. 7); ValueError where the decodes alone reach it."""
+    """The largest chunk keeping chunk + decodes a tile multiple (Fig. 7); ValueError if none."""
     total = (chunk + decodes) // tile * tile
     if total - decodes < 1:
         raise ValueError(f"chunk + decodes = {chunk} + {decodes} = {chunk + decodes} tokens "

@@ -1,5 +1,4 @@
-"""The one timer of every measurement (the model's load-time probes too). ``cpu`` counts process
-CPU time: with one thread, comparable on a machine other jobs share."""
+"""The one timer of every measurement; ``cpu``: process CPU time, comparable on a shared machine."""
 from __future__ import annotations
 
 import statistics

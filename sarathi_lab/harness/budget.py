@@ -1,5 +1,4 @@
-"""``token_budget=auto``, as Sarathi-Serve sets it: the largest budget whose fullest iteration is
-predicted within ``slo.tbt_p99_s``, since every decode waits for the whole iteration."""
+"""``token_budget=auto``: the largest budget whose fullest iteration meets ``slo.tbt_p99_s``."""
 from __future__ import annotations
 
 import bisect
@@ -54,8 +53,7 @@ def budget_cost_model(engine: EngineConfig):
 
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
-    # The simulator's settings are the user's keys; the CPU's cost model here is set by none, so
-    # its refusals name the settings as they are.
+    # The simulator's settings are the user's keys: its refusals name the settings as they are.
     with contextlib.nullcontext() if engine.kind.simulated else named_as(AS_WRITTEN):
         model = CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp)
         return model, described

@@ -75,8 +75,7 @@ def _rounded(qps: float, resolution: float | None) -> str:
 
 
 def verdict(summary: dict[str, Any], slo: SLO, require_stable: bool = True) -> str | None:
-    """The first SLO constraint missed, or None; ``require_stable``: a queue that grew through the
-    arrivals fails too, as no longer run would pass."""
+    """The first SLO constraint missed, or None; ``require_stable``: a growing queue fails too."""
     delay = slo.sched_delay_p50_s
     if delay is not None and not summary["sched_delay_p50_s"] <= delay:
         return "sched_delay_p50_s"

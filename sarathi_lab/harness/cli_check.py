@@ -1,6 +1,4 @@
-"""The command line checked before Hydra starts, each bad argument refused in one line (Hydra's
-reports are several and exit 1) before any output directory exists; a good command line imports
-only hydra and omegaconf here."""
+"""The command line checked before Hydra starts: a bad argument refused in one line, no dir made."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +25,7 @@ def _parse(args: tuple[str, ...]
         try:
             overrides.append((arg, parser.parse_override(arg)))
         except HydraException:
-            continue  # flags and their values: Hydra parses those itself
+            continue
     flag_parser = get_args_parser()
     flag_parser.exit_on_error = False
     try:
@@ -75,7 +73,7 @@ def check_command_line(args: list[str]) -> str | None:
     if problem := _sweeper_option_problem(overrides):
         return problem
     if _other_configs(flags, overrides):
-        return None  # configs outside CONF_DIR are Hydra's to check
+        return None
     return _bad_choice_or_key(overrides)
 
 
@@ -145,7 +143,7 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
         if not (CONF_DIR / key).is_dir():
             if not (key.startswith("hydra") or override.is_force_add() or override.is_delete()) \
                     and (not override.is_add() or _knob_owners(key)):
-                keys.append((arg, key))  # +scheduler.KNOB of another scheduler would be ignored
+                keys.append((arg, key))
                 added |= {arg} if override.is_add() else set()
             continue
         values = _group_values(override)
@@ -167,7 +165,7 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
     known = set(_dotted_keys(tree))
     for arg, key in keys:
         if key in known or arg in added and set(_knob_owners(key)) & schedulers:
-            continue  # a sweep over schedulers, one of which reads it (the others say so)
+            continue  # a sweep over schedulers, one of which reads it
         from sarathi_lab.harness.schema import unknown_key
 
         return (_knob_owners(key) and _foreign_knob(arg, overrides, choices)) or \
@@ -178,7 +176,7 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
 def _knob_owners(key: str) -> list[str]:
     if not key.startswith("scheduler."):
         return []
-    from sarathi_lab.engine.scheduler.base import knob_owners  # here: few command lines set a knob
+    from sarathi_lab.engine.scheduler.base import knob_owners
 
     return knob_owners(key.removeprefix("scheduler."))
 

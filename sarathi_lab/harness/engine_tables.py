@@ -1,5 +1,4 @@
-"""The engine's records as arrow tables of the types a DataFrame of the same rows is written with,
-built from buffers, so that a run writes its results without importing pandas."""
+"""The engine's records as arrow tables typed as pandas would write them, without pandas."""
 from __future__ import annotations
 
 from itertools import chain
@@ -19,8 +18,7 @@ def engine_tables(metrics: Metrics) -> dict[str, pa.Table]:
 
 
 def _column(values) -> pa.Array:
-    """As pandas writes a column: NaN and None as nulls, ints beside a None as floats, sequences
-    as a list column."""
+    """As pandas writes a column: NaN and None as nulls, ints beside None as floats, lists."""
     if isinstance(values, np.ndarray) and values.dtype != object:
         return _numbers(values)
     values = list(values)

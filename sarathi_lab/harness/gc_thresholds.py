@@ -1,5 +1,4 @@
-"""Fewer garbage collections in a simulated run, whose millions of long-lived objects make almost
-no cycles; a real run keeps the defaults, as longer pauses would land inside its times."""
+"""Fewer GCs in a simulated run (few cycles); a real run keeps defaults: pauses land in times."""
 from __future__ import annotations
 
 import contextlib

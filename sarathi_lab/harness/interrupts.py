@@ -1,6 +1,6 @@
-"""SIGINT and SIGTERM as one exception, so a run saves its partial records the same way. A
-finalizer can swallow it, so the signal is noted and raised again per iteration (its "Exception
-ignored" print kept quiet): a swallowed signal costs an iteration, not the run."""
+"""SIGINT and SIGTERM as one exception, so a run saves its partial records the same way. A finalizer
+can swallow it, so the signal is noted and raised again per iteration: a swallowed signal costs an
+iteration, not the run."""
 from __future__ import annotations
 
 import signal
@@ -65,8 +65,7 @@ def raise_if_interrupted() -> None:
 
 @contextmanager
 def deferred_signals(*signums: int, raise_at_end: bool = True) -> Iterator[list[int]]:
-    """Signals noted, not raised, so work that must not stop half-way finishes first;
-    ``raise_at_end``: the first raised as Interrupted as the block ends."""
+    """Signals held until the block ends; ``raise_at_end``: then the first as Interrupted."""
 
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}

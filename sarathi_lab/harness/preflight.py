@@ -1,5 +1,4 @@
-"""Every check that can refuse a run, done by arithmetic before any result is deleted and before
-any model, table or prompt is allocated."""
+"""Every check that can refuse a run, by arithmetic before anything is deleted or allocated."""
 from __future__ import annotations
 
 import logging
@@ -44,7 +43,7 @@ def preflight(cfg: RunConfig) -> Checked:
             raise ConfigError(f"workload.path={cfg.workload.path!r} is invalid with task=capacity: "
                               f"its {workload.num_requests} replayed rows all arrive at once, so "
                               "the search has no rate to scale")
-        # Before the KV cache, which a simulated device sizes around the budget's largest iteration.
+        # Before the KV cache: a simulated device sizes it around the budget's largest iteration.
         engine, budget, keys = _token_budget(cfg, workload, keys)
     with named_as(keys):
         return _fitted(cfg, workload, limits, engine, budget)
@@ -94,8 +93,8 @@ def _token_budget(cfg: RunConfig, workload: Workload,
              "; capped: the SLO does not bind" if budget.capped else "")
     stages = cfg.engine.sim_pp if cfg.engine.kind.simulated else cfg.engine.pipeline_parallel
     if stages > 1:
-        # The SLO bounds a micro-batch's passage, not how evenly those in flight share the work:
-        # one may take a burst of prompts while the next holds decodes, and stages wait.
+        # The SLO bounds a micro-batch's passage, not how evenly those in flight share the work: one
+        # may take a burst of prompts while the next holds decodes.
         log.warning("token_budget=auto under %d pipeline stages: the largest budget within the "
                     "SLO is not always the one that holds the most; sweep token_budget=null "
                     "chunk=... to find it (docs/parallel.md)", stages)

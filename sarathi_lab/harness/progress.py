@@ -31,8 +31,7 @@ class Progress:
         self._iterations += 1
         self._tokens += record.num_tokens
         if self._bar is not None:
-            # Preempted requests recompute tokens past the total, which tqdm warns of: the bar
-            # grows to the work done instead.
+            # Preempted requests recompute past the total (tqdm warns): the bar grows to the work.
 
             self._bar.total = max(self._bar.total, self._bar.n + record.num_tokens)
             self._bar.update(record.num_tokens)

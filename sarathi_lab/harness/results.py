@@ -1,5 +1,4 @@
-"""A run directory's on-disk contract (experiments/README.md) and the loader notebooks use. Each
-file is renamed into place, metrics.json last: a run that dies leaves nothing looking complete."""
+"""A run directory's contract; files renamed into place, metrics.json last: no false finish."""
 from __future__ import annotations
 
 import errno
@@ -200,7 +199,7 @@ class UnreadableRun(ValueError):
 
 def read_record(path: Path) -> dict[str, Any]:
     try:
-        if path.exists() and not path.is_file():  # a FIFO would wait for a writer forever
+        if path.exists() and not path.is_file():
             raise ValueError("not a regular file")
         record = json.loads(path.read_text())
         for key in ("config", "summary", "environment", "overrides", "resolved_config"):
@@ -220,7 +219,7 @@ def is_read(relative: Path) -> bool:
 
 def load_runs(root: str | Path, table: str = "summary", strict: bool = False) -> pd.DataFrame:
     """An unreadable run is left out with a warning (``strict``: raised)."""
-    import pandas as pd  # here: a run writes its results without it
+    import pandas as pd
 
     frames = []
     for path in sorted(Path(root).rglob(METRICS), key=natural_order):
@@ -235,7 +234,7 @@ def load_runs(root: str | Path, table: str = "summary", strict: bool = False) ->
             elif (file := path.parent / f"{table}.parquet").exists():
                 try:
                     rows = pd.read_parquet(file)
-                except (OSError, ValueError) as e:  # ArrowInvalid is a ValueError
+                except (OSError, ValueError) as e:
                     said = " ".join(str(e).split())[:200]
                     raise UnreadableRun(f"{file} is unreadable ({said})") from None
                 # Only these had the old names; a measurement task's "start" is its own.

@@ -1,5 +1,4 @@
-"""What decides a run's result besides its config (a trace's resolved path and hash, a checkpoint's
-folder), compared before a finished run is kept, so another or edited file's run never is."""
+"""What decides a run besides its config (a trace's hash, a checkpoint), compared before reuse."""
 from __future__ import annotations
 
 import hashlib

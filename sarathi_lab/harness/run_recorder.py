@@ -1,5 +1,4 @@
-"""What a run writes and logs, one object per run, so that the run, its partial records and a
-task's own serving runs all write the same environment, plan record and inputs."""
+"""What a run writes and logs, one object, so the run, its partials and a task's runs agree."""
 from __future__ import annotations
 
 import logging
@@ -33,7 +32,7 @@ class RunRecorder:
     overrides: list[str]
     inputs: dict[str, Any]
     plan_record: dict[str, Any]  # what the plan settled that the config does not say
-    group: str                   # the W&B group
+    group: str
     run_dir: Path
     # The machine's load when the run began, which assess() compares the end against.
     before: Any = field(default_factory=load.snapshot)

@@ -1,5 +1,4 @@
-"""One experiment run. A rerun into a finished run's directory works in `.<dir>.next/` and swaps
-in only once finished, so that a refused, skipped or failed rerun leaves the old run whole."""
+"""One experiment run; a rerun works in `.<dir>.next/`, swapped in once finished, else discarded."""
 from __future__ import annotations
 
 import logging
@@ -52,9 +51,9 @@ class RunContext:
     group: str | None
     # Written to .hydra/ once the run is accepted.
     hydra_record: dict[str, Any] | None = None
-    status_dir: Path | None = None  # output_dir, or beside it where a finished run is there
+    status_dir: Path | None = None
     lock: int | None = None
-    sweep_job: bool = False         # keeps its config's finished run under on_existing=refuse too
+    sweep_job: bool = False
 
     def release(self) -> None:
         if self.lock is not None:
@@ -79,7 +78,7 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
     llm = _build_llm(cfg, checked)
     recorder = RunRecorder(
         cfg, llm, resolved_config, ctx.overrides, inputs,
-        # What the plan settled that the config does not say: an auto budget, the KV cache's size.
+        # What the plan settled beyond the config (an auto budget, the KV cache's size).
         plan_record=checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens},
         group=ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name),
         run_dir=ctx.status_dir)
@@ -93,7 +92,7 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
         headline = ", ".join(f"{k}.parquet" for k in tables)
     environment = recorder.save(ctx.status_dir, summary, tables, partial=False)
     if not isinstance(llm, LLM):
-        # vLLM's engine, once the run's load was judged: its shutdown's threads stay out of it.
+        # vLLM's engine, after the run's load was judged: its shutdown's threads stay out of it.
         llm.close()
     if finished:
         _swap_in(ctx)
@@ -143,7 +142,7 @@ def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
     try:
         _serve(llm, workload)
     except KeyboardInterrupt:
-        # Metrics are appended live: what was measured before the signal is whole, just incomplete.
+        # Metrics are appended live: what was measured before a signal is whole, just incomplete.
         recorder.save_partial(llm.metrics.summary(slo), engine_tables(llm.metrics))
         raise
     summary, tables = llm.metrics.summary(slo), engine_tables(llm.metrics)
@@ -241,8 +240,7 @@ def _move_log_file(src: Path, dst: Path) -> None:
 
 def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Path,
                        sweep_job: bool = False, inputs: dict[str, Any] | None = None) -> bool:
-    """True: keep (skip), False: overwrite. A sweep's job keeps its own config's run under
-    ``refuse`` too (rerunning a sweep resumes it), only where config and ``inputs`` match."""
+    """True: keep (skip), False: overwrite; a sweep's job keeps its own run under ``refuse`` too."""
     if cfg.on_existing == "refuse" and not sweep_job:
         raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; "
                           "on_existing=skip keeps it, on_existing=overwrite replaces it")

@@ -1,6 +1,6 @@
-"""An experiment at a scale, read from its Hydra overlay ``conf/experiment/<scale>/<name>.yaml``
-(parts in ``<scale>/<name>/<part>.yaml``), so the overlay is the one place its keys are written:
-the GPU suite and the benches pass them on the command line (``overrides``)."""
+"""An experiment at a scale, read from its Hydra overlay ``conf/experiment/<scale>/<name>.yaml``, so
+the overlay is the one place its keys are written: the GPU suite and the benches pass them on the
+command line (``overrides``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +9,7 @@ from omegaconf import OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
-# gpu: the paper's model scaled to a time-limited GPU; own: the paper's setting, for a GPU without
-# such a limit; dry: one tiny CPU job that checks each sweep's path.
+# gpu: the paper's model scaled to a time limit; own: the paper's setting; dry: one tiny CPU job.
 SCALES = ("gpu", "own", "dry")
 
 
@@ -26,8 +25,7 @@ def overlay(name: str, scale: str, part: str = "") -> Path:
 
 
 def overrides(name: str, scale: str, part: str = "") -> tuple[str, ...]:
-    """What ``experiment=<name>`` plus these compose to the overlay's config: the scale's keys,
-    then the experiment's, then its part's."""
+    """The overlay's config: the scale's keys, then the experiment's, then its part's."""
     return tuple(_overrides_of(overlay(name, scale, part)))
 
 

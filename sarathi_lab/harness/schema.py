@@ -80,14 +80,14 @@ class SchedulerCfg:
             raise ConfigError(f"scheduler={raw!r} is invalid: must be a mapping with a name")
         knobs = {key: value for key, value in raw.items() if key != "name"}
         for key, value in knobs.items():
-            if _set_by("scheduler", key):  # set for all schedulers elsewhere
+            if _set_by("scheduler", key):
                 raise unknown_key(f"scheduler.{key}", repr(value))
         return cls(raw["name"], knobs)
 
 
 @dataclass(frozen=True)
 class DeviceCfg:
-    name: str  # auto | cpu | cuda, checked by EngineConfig
+    name: str  # checked by EngineConfig
     num_threads: int | None = None
 
 
@@ -177,7 +177,7 @@ class CapacityCfg(_Section, section="capacity"):
     require_stable: bool = True  # a queue that grew through the arrivals fails too
     min_qps: float = 1e-3
     max_qps: float = 1e4
-    # A fixed window, not count, lets a queue near capacity show whether it drains (None: all).
+    # A fixed window lets a queue near capacity show whether it drains (None: all).
     trial_s: float | None = None
     min_requests: int = 12
 
@@ -254,7 +254,7 @@ class RunConfig:
                               "the most tokens it times")
 
     def ignores(self, key: str) -> str | None:
-        """Why this run reads nothing of ``key``; non-serving tasks time chunks themselves."""
+        """Why this run reads nothing of ``key``."""
 
         if self.task not in ("serve", "capacity"):
             return None

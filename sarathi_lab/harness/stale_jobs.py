@@ -1,5 +1,4 @@
-"""A sweep rerun after its swept values changed would leave an earlier launch's job folders beside
-its own, read as the sweep's: they are moved aside into STALE/<when>/ (a dot folder, never read)."""
+"""A rerun sweep's stale job folders moved aside into STALE/<when>/, never read as its own."""
 from __future__ import annotations
 
 import logging

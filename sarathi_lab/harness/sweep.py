@@ -1,5 +1,4 @@
-"""End-of-sweep report (experiments/README.md). A Hydra callback, so it runs in the launching
-process whatever the launcher; any failed job makes the sweep exit 1 once every job has run."""
+"""End-of-sweep report, a Hydra callback run by the launching process; a failed job: exit 1."""
 from __future__ import annotations
 
 import logging
@@ -38,8 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _SUCCESS = ("ok", "skipped")
-# How far to trust each row: its numbers' source, whether other work stretched its timings, its
-# KV cache.
+# How far to trust each row: its numbers' source, timings stretched by other work, its KV cache.
 TRUST = ("source", "timing_unreliable", "runqueue_wait_share", "kv_capacity_tokens")
 HEADLINE = ("request_throughput_rps", "total_throughput_tok_s", "ttft_p50_s", "itl_p99_s",
             "e2el_p50_s", "goodput_rps", "capacity_rps")
@@ -61,7 +59,7 @@ class SweepSummary(Callback):
 
             # SystemExit passes Hydra's callback guard, which would let the sweep run unlocked.
             cli_args.refuse(str(e))
-        # Held: no other sweep writes there now. An earlier launch's jobs not this one's go.
+        # Held: no other sweep writes there now; an earlier launch's jobs go.
         if jobs is not None and (current := expected_job_dirs(config, jobs)) is not None:
             move_stale(Path(config.hydra.sweep.dir), current)
 
@@ -151,7 +149,7 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
         summary = (record or {}).get("summary", {})
         rows.append({"job": job, "status": outcome["status"], **values, **_trust(record),
                      **{k: summary[k] for k in HEADLINE if summary.get(k) is not None}})
-    # Imported here: this module is Hydra's callback in every run; only a sweep's end needs it.
+    # Imported here: only a sweep's end needs it.
     import pandas as pd
 
     table = pd.DataFrame(rows)

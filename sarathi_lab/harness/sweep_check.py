@@ -30,7 +30,7 @@ def _basic(config: DictConfig) -> bool:
     return _is(config.hydra.sweeper, BasicSweeper) or _is(config.hydra.sweeper, SWEEPER)
 
 
-# The most jobs one sweep may have: more is a search better split into sweeps (or a capacity task).
+# More jobs than this are a search better split into sweeps (or a capacity task).
 MAX_SWEEP_JOBS = 1000
 PROGRESS_EVERY_S = 5.0
 
@@ -77,8 +77,8 @@ def _may_be_ignored(key: str) -> bool:
 
 def collapse_ignored(config: DictConfig,
                      jobs: list[list[str]]) -> tuple[list[list[str]], list[str]]:
-    """Jobs differing from an earlier one only in keys they ignore left out (``-m chunk=256,512
-    scheduler=vllm,sarathi`` runs vllm once); a refused job is kept, for the preflight to refuse."""
+    """Jobs differing from an earlier one only in keys they ignore left out (``chunk=256,512
+    scheduler=vllm,sarathi`` runs vllm once); refused ones kept for the preflight."""
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.results import override_key
     from sarathi_lab.model import ModelLoadError
@@ -151,7 +151,7 @@ def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
     return None
 
 
-# Each job's typed config or refusal, parsed once for the checks and the collapse (one loader).
+# Each job's typed config or refusal, parsed once for the checks and the collapse.
 _PARSED: dict[str, Any] = {"loader": None, "jobs": {}}
 
 

@@ -1,5 +1,4 @@
-"""What a sweep directory says of its jobs, and the flock on SWEEP_LOCK by which a live sweep holds
-it (recording who and how many jobs); without a record, the job folders alone are judged."""
+"""A sweep directory's jobs, and the flock on SWEEP_LOCK by which a live sweep holds it."""
 from __future__ import annotations
 
 import errno
@@ -117,10 +116,10 @@ def _holder(record: dict[str, Any] | None) -> str:
 
 @dataclass(frozen=True)
 class SweepState:
-    jobs: tuple[str, ...]       # as far as known
+    jobs: tuple[str, ...]
     finished: tuple[str, ...]
-    planned: int                # at least len(jobs)
-    ended: bool                 # its launcher saw it to the end and wrote its summary
+    planned: int
+    ended: bool                 # its launcher saw it to the end
 
     @property
     def complete(self) -> bool:

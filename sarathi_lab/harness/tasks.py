@@ -1,7 +1,7 @@
 """The measurements besides serving that a run can be (``task=NAME``): the measurement wing
 registers each; the harness finds them here and imports nothing of the wing. A task's module holds
-``run(cfg, llm)`` -> ``(summary, tables)``; optional ``TAKES_CONTEXT``, ``kv_requests(cfg, plan)``
-(so the preflight refuses a cache too small) and ``check(cfg, context)``."""
+``run(cfg, llm)`` -> ``(summary, tables)``; optionally ``TAKES_CONTEXT``, ``kv_requests(cfg, plan)``
+and ``check(cfg, context)``."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -45,8 +45,7 @@ def takes_context(task: str) -> bool:
 
 @dataclass(frozen=True)
 class TaskContext:
-    """``record_run(run_dir, name, summary, metrics, config, partial=False)`` records a serving
-    run of the task's own; ``save_partial(summary, tables)`` its records so far."""
+    """``record_run(...)`` records a serving run of the task's own; ``save_partial`` its records."""
     run_dir: Path
     workload: Any
     record_run: Callable[..., None]

@@ -1,5 +1,4 @@
-"""executor=vllm's settings mapped one to one onto vLLM's engine arguments; imports no vLLM, so a
-run is refused before anything is built and tests check the mapping without vLLM."""
+"""executor=vllm's settings as vLLM's engine arguments, without importing vLLM."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,8 +8,7 @@ from dataclasses import dataclass
 from sarathi_lab.config import ConfigError
 from sarathi_lab.plan import EnginePlan
 
-# vLLM's scheduler with chunked prefill is Sarathi-Serve's stall-free batching; off, it prefills
-# prompts whole.
+# vLLM's scheduler chunking prefills is Sarathi-Serve's stall-free batching; else whole.
 CHUNKED_PREFILL = {"sarathi_serve": True, "vllm": False}
 # vLLM-CPU's attention (CPU_ATTN) takes KV blocks of a multiple of this many tokens only.
 CPU_BLOCK_MULTIPLE = 32
@@ -38,7 +36,7 @@ class VllmArgs:
     """EngineArgs' names, each from one of the run's settings."""
     model: str                     # the directory the run's weights were saved to
     dtype: str
-    max_num_seqs: int              # batch_size
+    max_num_seqs: int
 
     max_num_batched_tokens: int    # chunk / token_budget (sarathi_serve), the prefill cap (vllm)
     enable_chunked_prefill: bool   # scheduler=sarathi_serve: on; scheduler=vllm: off
@@ -48,7 +46,7 @@ class VllmArgs:
     seed: int
     enforce_eager: bool            # not engine.cuda_graphs
     enable_prefix_caching: bool = False  # ours has none: a shared prefix would be free on vLLM only
-    skip_tokenizer_init: bool = True     # random weights, token ids in and out
+    skip_tokenizer_init: bool = True
 
 
 def check_vllm(plan: EnginePlan) -> None:
@@ -56,7 +54,7 @@ def check_vllm(plan: EnginePlan) -> None:
     cfg = plan.config
     cap = cfg.scheduler_knobs.get("max_num_batched_tokens")
     if cfg.scheduler == "vllm" and cap is not None and cap < plan.max_model_len:
-        # Our vllm scheduler runs a longer prompt alone past the cap; vLLM without chunking refuses.
+        # Our vllm scheduler runs a longer prompt alone; vLLM without chunking refuses it.
         raise ConfigError(f"scheduler.max_num_batched_tokens={cap} is invalid with "
                           "engine.executor=vllm: vLLM without chunked prefill needs room for the "
                           f"longest request ({plan.max_model_len} tokens); allowed: null or >= "

@@ -82,7 +82,7 @@ class _Call:
     internal: dict[str, RequestRecord] = field(default_factory=dict)
     prompt_len: dict[str, int] = field(default_factory=dict)
     outputs: dict[int, list[int]] = field(default_factory=dict)
-    # Iteration records of the last step not yet handed to the client (a step may schedule twice).
+    # The last step's iteration records not yet handed out (a step may schedule twice).
     ready: deque = field(default_factory=deque)
 
     def unfinished(self) -> list[str]:
@@ -120,7 +120,7 @@ class VllmLLM:
         _environment(self.config.num_threads, kv_bytes)
         self.core = VllmEngine.from_engine_args(EngineArgs(**dataclasses.asdict(self.args)))
         self.engine = CallClock()
-        self._scheduled: list = []  # the scheduler outputs of the step under way
+        self._scheduled: list = []
         self._hook_scheduler()
         self._next_id = 0
         self._call = _Call([], 0)
@@ -128,8 +128,7 @@ class VllmLLM:
         self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
 
     def close(self) -> None:
-        """A sweep's next job runs in this process, and must not share it with an idle engine's
-        memory. Once; again does nothing."""
+        """A sweep's next job runs in this process: no idle engine keeps its memory. Idempotent."""
         self._shutdown()
 
     @property
@@ -236,8 +235,7 @@ def _shutdown(core, weights: tempfile.TemporaryDirectory) -> None:
 
 def _iteration(index: int, start: float, duration: float, scheduled, prompt_len: dict[str, int],
                records: dict[str, RequestRecord]) -> IterationRecord | None:
-    """A request whose computed tokens fall short of its prompt ran a prefill chunk, any other a
-    decode; None for an empty schedule."""
+    """A request short of its prompt ran a prefill chunk, else a decode; None: empty schedule."""
     counts: dict[str, int] = dict(scheduled.num_scheduled_tokens)
     if not counts:
         return None

@@ -1,5 +1,4 @@
-"""A finished run to Weights & Biases once its results are on disk: W&B never perturbs the timings,
-and any W&B error is one warning line, never a failed run."""
+"""A finished run to W&B once its results are saved: never perturbs timings, never fails a run."""
 from __future__ import annotations
 
 import logging
@@ -22,7 +21,7 @@ log = logging.getLogger(__name__)
 
 # So that W&B's summary never mixes a last-iteration value with a whole-run metric.
 HISTORY_PREFIX = "iter/"
-# The engine's clock: logged after the run, W&B's _runtime would put every iteration at one instant.
+# The engine's clock: logged after the run, _runtime would put all iterations at one instant.
 TIME_AXIS = f"{HISTORY_PREFIX}t_s"
 # Where a run's numbers come from, in W&B's summary beside them.
 PROVENANCE = ("timing_unreliable", "simulated", "executor", "device_name", "sarathi_lab_version",
@@ -40,7 +39,7 @@ class WandbRun:
     config: dict[str, Any]
     environment: dict[str, Any]         # into the config, PROVENANCE also into the summary
     summary: dict[str, Any]
-    history: pd.DataFrame | pa.Table | None  # iterations.parquet, over TIME_AXIS
+    history: pd.DataFrame | pa.Table | None
     tables: dict[str, pd.DataFrame | pa.Table]
 
 
@@ -64,7 +63,7 @@ def log_to_wandb(cfg: LoggerCfg, run: WandbRun) -> None:
 
 
 def _log(cfg: LoggerCfg, run: WandbRun) -> None:
-    import wandb  # a second of import time, paid only by runs that log
+    import wandb  # import paid only by runs that log
 
     wb = wandb.init(
         project=cfg.project, entity=cfg.entity, dir=run.run_dir, mode=resolve_mode(cfg),
@@ -86,14 +85,14 @@ def _log(cfg: LoggerCfg, run: WandbRun) -> None:
                 for name, df in run.tables.items()}, step=last_step)
         wb.summary.update(run.summary
                           | {f"{ENV_PREFIX}{k}": run.environment.get(k) for k in PROVENANCE})
-        # The run's own files too, for load_runs on W&B's copy; copied, as wb.save() warns for each.
+        # The run's own files too (load_runs reads W&B's copy); copied: wb.save() warns for each.
         for path in result_files(run.run_dir):
             shutil.copy2(path, Path(wb.dir) / path.name)
         exit_code = 0
     finally:
         wb.finish(exit_code=exit_code)
     if exit_code == 0 and resolve_mode(cfg) == "offline":
-        # Silent settings print nothing: where the offline run went and how to upload it is ours.
+        # Silent settings print nothing: we say where the offline run went and how to upload it.
         offline = Path(wb.dir).parent
         log.info("W&B run saved offline in %s; upload it with: wandb sync %s", offline, offline)
 

@@ -34,7 +34,7 @@ class Workload:
     decode_lens: list[int]
     arrival_times: list[float] | None
     max_concurrency: int | None = None
-    recorded_rate_rps: float | None = None  # a replayed trace's
+    recorded_rate_rps: float | None = None
 
     @property
     def num_requests(self) -> int:
@@ -153,7 +153,7 @@ def resolve_trace_path(path: str) -> Path:
         if candidate.is_file():
             return candidate
     for candidate in (p, PACKAGE_DIR / p):
-        # There but no regular file: a directory, or a device or FIFO (read forever, or nothing).
+        # There but no regular file: a directory, device or FIFO (read forever, or nothing).
         if candidate.exists():
             what = ("a directory" if candidate.is_dir()
                     else "not a regular file (a device, a FIFO or a socket)")
@@ -196,7 +196,7 @@ def read_recorded_trace(cfg: WorkloadCfg, context: int | None = None
                         ) -> tuple[list[tuple[int, int]], list[float]]:
     lengths, arrivals = _read_csv(cfg, context, TRACE_COLUMNS, cfg.num_requests)
     if cfg.num_requests is not None and len(lengths) < cfg.num_requests:
-        # Not refused: an experiment's num_requests applies to a trace put in its workload's place.
+        # Not refused: an experiment's num_requests applies to a trace in its workload's place.
         log.warning("workload.path=%r has %d rows after workload.offset=%d: replaying those, "
                     "fewer than workload.num_requests=%d",
                     cfg.path, len(lengths), cfg.offset, cfg.num_requests)

@@ -1,5 +1,4 @@
-"""The model: configs import with the package; the decoder and its builder on first use, so a run
-that builds none (the simulator) loads neither."""
+"""The model: configs import with it; decoder and builder on first use (never the simulator)."""
 from __future__ import annotations
 
 import importlib

@@ -9,7 +9,7 @@ from sarathi_lab.engine.sequence import Sequence
 
 class BlockTables:
     def __init__(self, rows: int = 64, width: int = 64):
-        # Past each request's blocks a row holds zeros: the padding the attention metadata promises.
+        # Past a request's blocks a row holds zeros, the padding the metadata promises.
         self.table = np.zeros((rows, width), dtype=np.int32)
         # id(seq) -> [row, the list read from, blocks held, seq (held: its id is not reused)].
         self._rows: dict[int, list] = {}

@@ -27,8 +27,7 @@ def eos_token_of(config: ModelConfig) -> int | None:
 
 
 def check_buildable(model: str, executor: str) -> None:
-    """Refuses a simulator-only preset off the simulator: the engine would build its LLaMA-form
-    stand-in as if it were the model."""
+    """A simulator-only preset refused off the simulator: its stand-in is not the model."""
     if model in SIMULATED_ONLY and not executor_class(executor).simulated:
         simulators = ", ".join(executors_with("simulated"))
         raise ModelLoadError(f"{SETTING.set('model', model)} is invalid with "

@@ -1,5 +1,4 @@
-"""CPU linear layers over weights packed at load: the few-row kernel, oneDNN's or MKL's GEMM, then
-(optionally) F.linear, by row count; the boundaries' reasons: docs/cpu_engine.md."""
+"""CPU linear layers over weights packed at load, kernel by row count (docs/cpu_engine.md)."""
 from __future__ import annotations
 
 import torch
@@ -93,8 +92,7 @@ class PackedLinear(nn.Module):
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
         if self.gemm == "mkl":
-            # torch reads the packed weight only where the rows equal the batch size passed; MKL's
-            # serves any row count, so the rows themselves are passed.
+            # torch reads the packed weight only at the batch size passed; MKL's at any row count.
             return torch.ops.mkl._mkl_linear(x, self.packed_weight, self.weight, self.bias,
                                              x.shape[0])
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")

@@ -1,7 +1,6 @@
-"""CUDA graphs of decode and mixed forwards (mixed ones whole, or cut into nano-batches:
-nano_graphs.py), replayed with each batch copied into persistent buffers (as vLLM v1). Only a
-backend reading every per-batch value from device tensors replays: the launches read the host
-plan's split counts from device integers, so a replay splits the same."""
+"""CUDA graphs of decode and mixed forwards (mixed ones whole, or cut: nano_graphs.py), replayed
+with each batch copied into persistent buffers (as vLLM v1). Only a backend reading every per-batch
+value from device tensors replays, so a replay splits as the host plan did."""
 from __future__ import annotations
 
 import time
@@ -17,11 +16,11 @@ from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 Capture = Callable[[Callable[[], torch.Tensor], object],
                    tuple[Callable[[], None], torch.Tensor, object]]
-# Eager forwards before a capture (as PyTorch asks): kernels compiled, workspaces taken outside it.
+# Eager forwards first (as PyTorch asks): kernels compiled, workspaces taken outside it.
 WARMUP_FORWARDS = 2
 
-# Mixed buckets: powers of two up to the GEMM tile, then every tile multiple. GEMMs run in whole
-# row tiles, so a bucket between tile multiples saves them nothing and costs a capture.
+# Mixed buckets: powers of two up to the GEMM tile, then every tile multiple (GEMMs run whole row
+# tiles: a bucket between multiples saves nothing and costs a capture).
 SMALLEST_BUCKET = 16
 # Past this, an iteration's GPU work outlasts the host's launches: a graph would save nothing.
 MAX_GRAPH_TOKENS = 1024
@@ -91,7 +90,7 @@ class CudaGraphs:
         self.sampled_rows = torch.zeros(max_batch, dtype=i64, device=dev)
         self.backend, self.num_heads = backend, runner.model.config.num_attention_heads
         self.k_cache = runner.kv_caches[0][0]
-        # Each replay's split counts and request ranges are copied here for the captured launches.
+        # Each replay's split counts and request ranges, copied here for the captured launches.
         self.split_counts = backend.graph_split_counts(dev)
         self.decode_graphs = {size: Graph(True, size, size) for size in self.sizes}
         self.mixed_graphs = [
@@ -114,7 +113,7 @@ class CudaGraphs:
         cuda = dev.type == "cuda"
         reserved_before = torch.cuda.memory_reserved(dev) if cuda else None
         start, pool = time.perf_counter(), None
-        # Largest first, so that every smaller graph fits the memory the largest took in the pool.
+        # Largest first: every smaller graph fits the pool memory the largest took.
         for graph in sorted(every, key=lambda g: (g.tokens, not g.decode), reverse=True):
             prepared = self._padded(graph)
             replay, out, pool = capture(lambda prepared=prepared: runner.forward(prepared), pool)
@@ -215,8 +214,7 @@ class CudaGraphs:
         self.input_ids[:t].copy_(prepared.input_ids, non_blocking=True)
         self.positions[:t].copy_(prepared.positions, non_blocking=True)
         self.slots[:t].copy_(prepared.meta.slot_mapping, non_blocking=True)
-        # Padded tokens write no key (slot -1); their stale ids and positions are valid and never
-        # sampled.
+        # Padded tokens write no key (slot -1); their stale ids and positions are never sampled.
         if t < graph.tokens:
             self.slots[t : graph.tokens].fill_(-1)
         if not graph.decode:
@@ -230,7 +228,7 @@ class CudaGraphs:
         t, n, width = (prepared.input_ids.shape[0], meta.num_prefills + meta.num_decodes,
                        meta.block_tables.shape[1])
         self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
-        # Entries past a request's context are never read, so the rest of its row may stay stale.
+        # Entries past a request's context are never read: the rest of its row may stay stale.
         self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
         # Padded requests read no cache (context 0).
         if n < graph.requests:

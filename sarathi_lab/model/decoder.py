@@ -1,5 +1,4 @@
-"""A LLaMA-family decoder over a flat hybrid token batch and a paged KV cache: every linear layer
-runs once over all the batch's tokens; only attention sees request boundaries."""
+"""A LLaMA-family decoder over a flat hybrid batch: only attention sees request boundaries."""
 from __future__ import annotations
 
 import torch
@@ -68,8 +67,8 @@ class DecoderLayer(nn.Module):
             return self.input_layernorm(hidden), hidden
         return self.input_layernorm(hidden, residual)
 
-    # The layer in stages, so nano-batches can run one's attention on a second stream beside the
-    # other's GEMMs; forward above keeps the module calls that hooks time.
+    # The layer in stages, so a nano-batch's attention runs beside the other's GEMMs; forward
+    # keeps the module calls that hooks time.
     def pre_attention(self, positions, hidden, residual, kv_cache, meta):
         hidden, residual = self._norm(hidden, residual)
         return self.self_attn.project(positions, hidden, kv_cache, meta), residual

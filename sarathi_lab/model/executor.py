@@ -21,8 +21,7 @@ class ModelExecutor(Samples, Executor):
         self.cuda = runner.device.type == "cuda"
         self._events = ((torch.cuda.Event(enable_timing=True),
                          torch.cuda.Event(enable_timing=True)) if self.cuda else None)
-        # Only where the device runs the forward while the host goes on: on a synchronous one the
-        # next batch's planning would only add host time. A test may turn it on.
+        # Only where the device runs ahead of the host: else planning ahead only adds host time.
         self.plans_ahead = self.cuda
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
@@ -63,8 +62,7 @@ class ModelExecutor(Samples, Executor):
                 else self.graphs.replay(prepared, graph))
 
     def plan_ahead(self, batch: ScheduledBatch) -> None:
-        """The next batch's likely attention plan made while this one's forward runs, so that if it
-        comes as predicted its planning is a cache hit off the critical path."""
+        """The likely next batch planned during this forward: if it comes, a cache hit."""
         likely = self.likely_next(batch) if self.likely_next is not None else None
         if likely is not None:
             self.runner.warm(likely)

@@ -1,16 +1,14 @@
 """The floors an iteration is held to, at a benchmark's measured ceilings: the physical floor,
-max(bytes / bandwidth, flops / rate) over the whole iteration (reached only where memory- and
-compute-bound work overlap); the sequential floor, each kernel's own max summed; and one layer's
-attention, never below LAUNCH_FLOOR_S. The memory ceiling is a lease's read rate where measured,
-else its copy rate."""
+max(bytes / bandwidth, flops / rate) over the whole iteration; the sequential floor, each kernel's
+own max summed; and one layer's attention, never below LAUNCH_FLOOR_S. The memory ceiling is a
+lease's read rate where measured, else its copy rate."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from sarathi_lab.model.shape import Shape, attention_cost, iteration_cost, kernel_costs
 
-# One kernel's launch and the wait for it to end, stated, not measured here: a prefix-0 chunk's
-# attention has a roofline floor well under it, so its ratio to that says nothing.
+# One kernel's launch and wait, stated: a prefix-0 chunk's roofline floor is well under it.
 LAUNCH_FLOOR_S = 4e-6
 
 

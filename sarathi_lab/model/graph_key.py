@@ -1,5 +1,4 @@
-"""What names one captured forward: the key of the CUDA graphs' table (cuda_graphs.py), whole or
-cut into nano-batches (nano_graphs.py)."""
+"""The key of a captured forward in cuda_graphs.py's table, whole or cut (nano_graphs.py)."""
 from __future__ import annotations
 
 from typing import NamedTuple

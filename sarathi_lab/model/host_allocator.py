@@ -1,5 +1,4 @@
-"""Keeps freed host memory mapped: glibc handing it back after each large tensor made every layer
-of a CPU forward page-fault afresh (docs/cpu_engine.md). A user's own malloc tuning wins."""
+"""Keeps freed host memory mapped: glibc's returns made layers page-fault (docs/cpu_engine.md)."""
 from __future__ import annotations
 
 import ctypes

@@ -1,5 +1,4 @@
-"""A LLaMA-family decoder's blocks over a flat batch [T, hidden]. Each block's elementwise work is
-one fused pass (C++ on the CPU, Triton on CUDA), rounding as the torch fallback here does."""
+"""A LLaMA decoder's blocks over [T, hidden], elementwise work fused, rounding as the fallback."""
 from __future__ import annotations
 
 import contextlib
@@ -85,8 +84,7 @@ class RotaryEmbedding(nn.Module):
                                                                          torch.device("cpu"))
         freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        # Float32 whatever the model's dtype, as transformers keeps them: not buffers, which
-        # .to(dtype) would cast.
+        # Float32 whatever the dtype, as transformers keeps them; buffers would be cast by .to().
         self.cos, self.sin = emb.cos() * scaling, emb.sin() * scaling
 
     def tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,7 +152,7 @@ def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
 
 @functools.cache
 def _gemm():
-    with _unless_triton_is_missing():  # where a table chose it only
+    with _unless_triton_is_missing():
         from sarathi_kernels import gemm
         return gemm
     return None

@@ -63,7 +63,7 @@ def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: Tens
     """The whole model's draws in order, each cut: a rank's weights are one device's."""
     gen = torch.Generator(device=lm.embed_tokens.weight.device).manual_seed(seed)
     std = getattr(config, "initializer_range", 0.02)
-    with torch.device("meta"):  # the whole model's names and shapes, nothing allocated
+    with torch.device("meta"):  # names and shapes, nothing allocated
         whole = CausalLM(config, backend, max_positions)
     local = dict(lm.named_parameters())
     tied = config.tie_word_embeddings
@@ -108,7 +108,7 @@ def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = No
                 name, fused, shard = _our_name(hf_name)
                 if stage is not None:
                     name = stage.local_name(name)
-                    if name is None:  # another stage's layer
+                    if name is None:
                         continue
                 if name not in params:
                     if "rotary_emb" in name:

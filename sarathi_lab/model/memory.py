@@ -47,8 +47,7 @@ def device_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         import torch
 
-        # What earlier engines freed stays reserved by torch's allocator, which mem_get_info counts
-        # as taken: give it back first.
+        # Freed memory stays reserved by torch's allocator, which mem_get_info counts as taken.
         gc.collect()
         torch.cuda.empty_cache()
         return torch.cuda.mem_get_info(device)[0]
@@ -187,8 +186,7 @@ def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, c
                               f"({tokens} in all) leaves no room for a KV cache",
                               setting="chunk_size")
         return room // block_bytes
-    # Each micro-batch in flight holds its own requests' blocks until its tokens return: a cache for
-    # one batch would keep the other stages idle.
+    # Each micro-batch in flight holds its blocks until its tokens return, else stages idle.
     requests = cfg.max_batch_size * cfg.pipeline_parallel
     wanted = blocks_beside_watermark(requests * blocks_for(context, cfg.block_size),
                                      cfg.kv_watermark)

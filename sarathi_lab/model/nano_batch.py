@@ -14,7 +14,7 @@ from sarathi_lab.model.streams import StreamPair
 from sarathi_lab.tuned_kernels import TunedTable
 
 # Below this, GEMMs at half the tokens fall under the ridge point: the cut costs more than it wins.
-# The default where the device's tuned table has no ``overlap`` entry; the launch step measures one.
+# The default where the device's tuned table has no ``overlap`` entry.
 MIN_OVERLAP_TOKENS = 384
 
 

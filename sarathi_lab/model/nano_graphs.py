@@ -1,6 +1,4 @@
-"""CUDA graphs of nano-batched (cut) batches: per mixed bucket, the cut every batch of that bucket
-gets, a graph per pair of prefill tiles the two nano-batches' plans may ask for, and each
-nano-batch's own persistent metadata, copied in before a replay as the whole batch's is."""
+"""CUDA graphs of cut batches: a cut per mixed bucket, a graph per pair of prefill tiles."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
@@ -31,23 +29,19 @@ class GraphOwner(Protocol):
 
 
 def bucket_cut(rule: OverlapRule, bucket: int) -> int | None:
-    """The cut of a batch filling ``bucket``. Buckets past one GEMM tile end at its multiples, so
-    every batch of such a bucket spans as many tiles and is cut at the same token, unless its
-    prefill ends before (in a two-tile bucket, or beside more than a tile of decodes): that one
-    runs eagerly."""
+    """The cut of a batch filling ``bucket``: buckets past a GEMM tile end at its multiples, so each
+    batch of one is cut at one token, unless its prefill ends before (then eager)."""
     return rule.cut(bucket, bucket, 1)
 
 
 def part_sizes(graph: Graph, max_batch: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(tokens, requests) each nano-batch of ``graph`` holds: the first exactly the cut's tokens
-    (all prefill), the second the rest of the bucket."""
+    """(tokens, requests) of ``graph``'s nano-batches: the cut's tokens (prefill), then the rest."""
     rest = graph.tokens - graph.cut
     return (graph.cut, min(max_batch, graph.cut)), (rest, min(max_batch, rest))
 
 
 class PartBuffers:
-    """One nano-batch's metadata as its graphs read it; its tokens' positions and slots are views of
-    the whole batch's buffers, as ``split_meta`` slices them."""
+    """A nano-batch's metadata as its graphs read it; positions and slots view the batch's."""
 
     def __init__(self, requests: int, max_blocks: int, split_counts: torch.Tensor):
         dev, i32 = split_counts.device, torch.int32
@@ -69,8 +63,7 @@ class PartBuffers:
         return NanoBatch(tokens, positions[tokens], meta)
 
     def load(self, meta: AttentionMetadata, requests: int) -> None:
-        """``meta``'s values (a nano-batch's, from ``split_meta``); its graph's padded requests read
-        no cache (context 0) and hold no query (they start where its tokens end)."""
+        """``meta``'s values; the graph's padded requests read no cache and hold no query."""
         n, width = meta.num_prefills + meta.num_decodes, meta.block_tables.shape[1]
         self.query_start_loc[: n + 1].copy_(meta.query_start_loc, non_blocking=True)
         self.query_start_loc[n + 1 : requests + 1].fill_(sum(meta.query_lens_host))
@@ -80,8 +73,7 @@ class PartBuffers:
 
 
 class NanoGraphs:
-    """The cut graphs of ``owner`` (a CudaGraphs, whose buckets, buffers and planning they share):
-    none unless ``rule`` cuts some bucket."""
+    """The cut graphs of ``owner`` (a CudaGraphs, sharing buffers); none unless ``rule`` cuts."""
 
     def __init__(self, owner: GraphOwner, rule: OverlapRule, max_batch: int, max_blocks: int):
         self.owner, self.max_batch = owner, max_batch
@@ -123,8 +115,7 @@ class NanoGraphs:
                          owner.plans[graph]))
 
     def graph_for(self, prepared: PreparedBatch) -> Graph | None:
-        """The smallest cut graph of this batch's cut whose nano-batches hold its two and run their
-        attention as their eager forwards would; None (eager) where a nano-batch co-schedules."""
+        """The smallest cut graph fitting both nano-batches; None (eager) where one co-schedules."""
         owner, parts = self.owner, prepared.nano
         backend, heads, k_cache = owner.backend, owner.num_heads, owner.k_cache
         if any(backend.co_schedules(p.meta, heads, k_cache) for p in parts):

@@ -1,5 +1,4 @@
-"""Named model shapes, the one home of each preset's numbers; weights are random, as the Sarathi
-results depend on shapes alone."""
+"""Named model shapes, the one home of their numbers; weights random: the results need shapes."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -33,9 +32,9 @@ SPECS: dict[str, ModelSpec] = {
     "yi-34b": _llama(7168, 20480, 60, 56, 8, vocab=64000, rope_theta=5e6),
     # Sarathi-Serve's third: meta-llama/Llama-2-70b-hf's config.json.
     "llama2-70b": _llama(8192, 28672, 80, 64, 8, rope_theta=10000.0),
-    # Sarathi-Serve's fourth, simulator only: tiiuae/falcon-180B in the LLaMA form the cost models
-    # price. Its non-gated GELU MLP of 4 x hidden is a gated one of 39592 columns (a multiple of 8,
-    # so 2, 4 and 8 ranks split it): the same FLOPs and weight bytes per token.
+    # Sarathi-Serve's fourth, simulator only: falcon-180B in the LLaMA form the cost models price;
+    # its GELU MLP of 4 x hidden as a gated one of 39592 columns (split by 2, 4 and 8 ranks): the
+    # same FLOPs and weight bytes per token.
     "falcon-180b": _llama(14848, 39592, 80, 232, 8, context=2048, vocab=65024),
 }
 

@@ -79,8 +79,7 @@ class ModelRunner:
         return prepared
 
     def warm(self, likely: NextBatch) -> None:
-        """``likely``'s attention planned ahead; not where it would run as nano-batches (planned
-        per part)."""
+        """``likely``'s attention planned ahead, unless run as nano-batches (planned per part)."""
         lens, prefills = likely.query_lens, likely.num_prefills
         if self.overlap.cut(sum(lens), sum(lens[:prefills]), len(lens) - prefills) is None:
             self.model.backend.warm(likely.query_lens, likely.seq_lens, likely.num_prefills,
@@ -125,8 +124,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device,
     else:  # one token per request
         query_start_loc = np.arange(len(seqs) + 1)
         token_req, positions, seq_lens = query_start_loc[:-1], start, start + 1
-    # Blocks up to each context, zero after (orca and static reserve beyond it): the tables stay as
-    # wide as the longest context, not max_model_len.
+    # Blocks up to each context, zero after: tables as wide as the longest context.
     cached = (seq_lens + (bs - 1)) // bs
     block_tables = tables.table[rows, : int(cached.max())]
     slots = block_tables[token_req, positions // bs] * np.int64(bs) + positions % bs
@@ -156,8 +154,7 @@ def batch_tensors(batch: ScheduledBatch, block_size: int, device: torch.device,
     return PreparedBatch(input_ids, positions_t, meta, logits_t)
 
 
-# Up to this many entries a CPU decode batch copies tables from the requests' lists: gathering the
-# kept rows costs more while the host's caches are cold.
+# Up to this many entries a CPU decode copies tables from lists: gathers lose on cold caches.
 LIST_TABLE_ENTRIES = 4096
 
 
@@ -225,8 +222,7 @@ def _on_device(longs: list[np.ndarray], ints: list[np.ndarray], device: torch.de
     return views[: len(longs)], views[len(longs):]
 
 
-# Triton compiles a kernel again for each new combination of its pointers' 16-byte alignment:
-# parts at offsets moving with the batch's sizes would compile kernels mid-run.
+# Triton recompiles per pointer alignment: offsets moving with batch sizes compile mid-run.
 PART_ALIGN = 16
 
 

@@ -1,5 +1,4 @@
-"""Next-token choice. Each row's draw is keyed by (seed, request, position), so a request's tokens
-never depend on its batch (docs/cpu_engine.md)."""
+"""Next-token choice, each draw keyed by (seed, request, position): tokens never depend on batch."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ class Sampler:
         self.params = params
         self.seed = params.seed if params.seed is not None else 0
         self.greedy = params.temperature == 0
-        # T is divided as a float32: below float32's smallest normal it would round to 0 (0 / 0).
+        # T divides as float32: below its smallest normal it would round to 0 (0 / 0).
         self.temperature = max(params.temperature, torch.finfo(torch.float32).tiny)
 
     def __call__(self, logits: torch.Tensor,
@@ -40,8 +39,8 @@ class Sampler:
 
     def torch_draw(self, logits: torch.Tensor, uniforms: list[float]) -> list[int]:
         logits = logits.float()
-        # Shifted to a maximum of 0 first: for a tiny T, logits / T overflows to inf (softmax: NaN);
-        # (logits - max) / T only reaches -inf, probability 0.
+        # Shifted to a maximum of 0 first: for a tiny T, logits / T overflows to inf; (logits - max)
+        # / T only reaches -inf.
         shifted = logits - logits.amax(dim=-1, keepdim=True)
         probs = torch.softmax(shifted / self.temperature, dim=-1)
         # NaN or +inf logits, or a row of -inf only, leave NaN: the search would leave the row.
@@ -58,7 +57,7 @@ class Sampler:
             total = cdf[:, -1:]
         u = torch.tensor(uniforms, dtype=torch.float32).to(logits.device).unsqueeze(1)
         # Strictly below the nucleus' mass, so the search lands inside it however u * total rounds;
-        # right=True skips tokens of probability 0 (their CDF equals their predecessor's).
+        # right=True skips tokens of probability 0.
         x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
         chosen = torch.searchsorted(cdf, x, right=True)
         if order is not None:
@@ -90,8 +89,8 @@ def _most_likely(probs: torch.Tensor, logits: torch.Tensor,
         top = probs.gather(-1, ids)
         cdf = top.cumsum(dim=-1)
         kept = ((cdf - top) < top_p).sum(dim=-1, keepdim=True)
-        # topk picks among tokens tied with its k-th at will: it stands where every nucleus ends on
-        # a logit above the k-th, so no token tied with one inside is left out.
+        # topk picks among tokens tied with its k-th at will: it stands where every nucleus ends
+        # above the k-th logit, so no tie inside is left out.
         if bool(((cdf[:, -1] >= top_p)
                  & (highest.gather(-1, kept - 1)[:, 0] > highest[:, -1])).all()):
             return top, _ids_by_id_within_ties(highest, ids), cdf, kept

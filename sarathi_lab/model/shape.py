@@ -1,5 +1,4 @@
-"""A decoder's shape and its arithmetic (parameters, bytes, flops): the one home for the memory
-plan, the simulator and the roofline floors; torch-free."""
+"""A decoder's shape and arithmetic: the one home for memory plan, simulator and floors."""
 from __future__ import annotations
 
 from dataclasses import dataclass

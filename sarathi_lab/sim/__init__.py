@@ -1,5 +1,4 @@
-"""The simulator: the engine's own scheduler, block manager and metrics on a virtual clock, with
-each iteration's device time predicted by a cost model instead of measured."""
+"""The simulator: the engine's scheduler and metrics on a virtual clock, costs predicted."""
 # Imported so that their cost models register, however the package is entered.
 from sarathi_lab.sim import kernel_model, parallel, profile_model, roofline  # noqa: F401
 from sarathi_lab.sim.build import (

@@ -1,5 +1,4 @@
-"""What the engine's plan asks the simulator for (``executor="sim"``): the KV blocks by the real
-engine's rule (model.memory) on the simulated device, and the cost model, made once per run."""
+"""What the plan asks the simulator for: KV blocks by the engine's rule, and the cost model."""
 from __future__ import annotations
 
 import logging
@@ -77,8 +76,7 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
     """An explicit count or budget if it fits (or, ``sim_kv_beyond_device``, as a what-if)."""
     k = SETTING
     check_choice(k("sim_device"), cfg.sim_device, DEVICES)
-    # One GPU of sim_tp x sim_pp holds its shard of its stage's weights and KV: its capacity is the
-    # engine's.
+    # One GPU holds its shard of its stage's weights and KV: its capacity is the engine's.
     config = shard(config, cfg.sim_tp, cfg.sim_pp, cfg.model)
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
     shape, elem = Shape.of(config), dtype.itemsize

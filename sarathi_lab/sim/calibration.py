@@ -1,6 +1,4 @@
-"""The roofline's efficiencies fitted to measured GPU kernels;
-``python -m sarathi_lab.measure.sim_check.calibration_cli`` writes them into the device files
-(docs/sim/README.md, section 8)."""
+"""The roofline's efficiencies fitted to measured GPU kernels (docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 import dataclasses
@@ -118,7 +116,7 @@ def fit_gemm(table: pd.DataFrame, peak_flops: float) -> tuple[list[int], list[fl
     for model, per_model in table[table.op.isin(gpu_kernels.GEMM_OPS)].groupby("model"):
         kn = measured_shape(model).gemms
         rows.append(per_model.assign(weights=[kn[op][0] * kn[op][1] for op in per_model.op]))
-    import pandas as pd  # a simulated run fits nothing
+    import pandas as pd
     rows = pd.concat(rows)
     tokens = sorted(set.intersection(*(set(g.tokens) for _, g in rows.groupby("model"))))
     fits = []
@@ -160,8 +158,7 @@ ATTENTION_FIELDS = ("prefill_launch_s", "prefill_per_query_s", "prefill_efficien
 
 
 def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float):
-    """``seconds = launch + padded_chunk * per_query + flops / (peak * eff)``, with the query tile
-    of the least median relative error."""
+    """``launch + padded_chunk * per_query + flops / (peak * eff)``; the query tile fitted best."""
     best = None
     t = rows.seconds.to_numpy(float)
     for tile in PREFILL_TILES:
@@ -189,16 +186,14 @@ def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, ele
 
 
 def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = None) -> Calibration:
-    """Without attention measured, ``attention_from`` (another device's calibration, peak FLOP/s)
-    lends it: shares of peak scaled by the GEMM efficiencies at their largest batch, the per-query
-    cost by their GEMM rates."""
+    """Without attention measured, ``attention_from`` lends it, scaled by GEMM rates."""
     names = [m for m in gpu_kernels.measured(device.name) if m not in exclude]
     if not names:
         raise ValueError(f"no measured models left on {device.name} to fit")
     import pandas as pd
     table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names],
                       ignore_index=True)
-    elem_bytes = 2  # 16-bit weights and activations
+    elem_bytes = 2
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
     kw = {}
     for model in names:
@@ -225,8 +220,7 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
 
 def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwidth: float,
               lease: str) -> Calibration:
-    """The GEMM curve within the lease's token counts and the attention are the lease's; pointwise
-    kernels, which no lease times apart, stay the base's."""
+    """The lease's GEMM curve (in its range) and attention; pointwise kernels stay the base's."""
     tokens, eff, launch = fit_gemm(table, peak_flops)
     base_points = list(zip(base.gemm_tokens, base.gemm_efficiency, base.gemm_launch_s))
     points = sorted([p for p in base_points if not tokens[0] <= p[0] <= tokens[-1]]

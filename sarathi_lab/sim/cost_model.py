@@ -1,5 +1,4 @@
-"""One interface for what an iteration costs on a device: each prefill chunk as (chunk tokens,
-context once cached), each decode as its context (its new token included)."""
+"""What an iteration costs: prefill chunks as (tokens, context cached), decodes as context."""
 from __future__ import annotations
 
 import abc
@@ -90,15 +89,14 @@ class CostModel(abc.ABC):
                    cost_model: str = "roofline", dtype: str = "bfloat16",
                    profile: str | Path | None = None, tp: int = 1, pp: int = 1) -> CostModel:
         """``profile``: the CSV for cost_model="profile" (default
-        ``profiles/<device>/<model>.csv``). ``tp``: GPUs serving as one by tensor parallelism,
-        ``pp``: pipeline stages (parallel.py). A refusal names the engine's settings."""
+        ``profiles/<device>/<model>.csv``); a refusal names the engine's settings."""
         config, k = model, SETTING
         if isinstance(model, str):
             # A model whose GPU kernels were measured but which is no preset.
             measured_only = model not in PRESETS and model in gpu_kernels.model_shapes().index
             config = gpu_kernels.config_of(model) if measured_only else load_config(model)
         check_choice(k("dtype"), dtype, DTYPES)
-        # What the engine runs for dtype there: its element size is what every byte count must use.
+        # The dtype the engine runs there: its element size is every byte count's.
         dtype = device_dtype(device, dtype)
         own_table = profile is not None or (isinstance(model, str)
                                             and profile_path(device, model).is_file())
@@ -147,7 +145,7 @@ class Choice:
 _REGISTRY: dict[str, type[CostModel]] = {}
 TENSOR_PARALLEL = "tensor_parallel"
 PIPELINE = "pipeline"
-# The engine's own table (task=profile) before other engines' kernels, which the roofline completes.
+# The engine's own table (task=profile) before other engines' kernels.
 PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",),
               "profile": ("profile_table", "gpu_kernels")}
 

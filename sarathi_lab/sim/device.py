@@ -1,5 +1,4 @@
-"""What the simulator knows about a device: its ceilings and how close real kernels get to them. The
-GPUs are the YAML files beside this module; ``cpu`` reads this machine's measured ceilings."""
+"""A device's ceilings and kernels' efficiency: GPUs from the YAML here, ``cpu`` measured."""
 from __future__ import annotations
 
 import dataclasses
@@ -52,8 +51,7 @@ class Device:
     host_per_token_s: float
     kv_reread: bool = True
     sources: tuple[str, ...] = field(default=())
-    # Fitted efficiencies (calibration.py), read by sim_cost_model=calibrated in place of the shares
-    # above.
+    # Fitted efficiencies (calibration.py), which sim_cost_model=calibrated reads instead.
     calibration: Calibration | None = None
 
     def __post_init__(self):
@@ -82,8 +80,7 @@ class Device:
     def prepare_s(self, tokens: int) -> float:
         return self.host_overhead_s + self.host_per_token_s * tokens
 
-# libyaml where PyYAML has it: a run loads device files several times and the pure-Python parser is
-# slow.
+# libyaml where PyYAML has it: a run loads device files several times.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -166,8 +163,7 @@ def read_cpu_ceilings(path: Path) -> dict:
 
 
 def cpu_device(dtype: str = "bfloat16") -> Device:
-    """Efficiencies 1, no tiles, host overheads left to the profile cost model; a chunk's keys and
-    values come from memory once, as the CPU kernel copies them."""
+    """Efficiencies 1, no tiles; a chunk's keys and values read once, as the CPU kernel does."""
     path, key = cpu_ceilings_path(), cpu_ceilings_key(dtype)
     try:
         entry = read_cpu_ceilings(path).get(key)

@@ -1,5 +1,4 @@
-"""The simulated executor: each iteration takes what the cost model predicts, on the engine's
-virtual clock. Sampled tokens are never EOS: a simulation cannot predict when a model would stop."""
+"""The simulated executor on the virtual clock; tokens are never EOS (stops are unpredictable)."""
 from __future__ import annotations
 
 from sarathi_lab.engine.batch import ScheduledBatch

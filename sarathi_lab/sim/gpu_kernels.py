@@ -1,5 +1,4 @@
-"""Measured GPU kernel times shipped with the simulator: one layer's kernel on one GPU per row
-(data/gpu_kernels/README.md: sources, licence, columns)."""
+"""Measured GPU kernel times, a layer's kernel on a GPU per row (data/gpu_kernels/README.md)."""
 from __future__ import annotations
 
 import functools
@@ -54,8 +53,7 @@ def kernels(device: str, model: str, tp: int = 1) -> pd.DataFrame:
 
 
 def curves(table: pd.DataFrame) -> tuple[dict[str, Curve], Surface | None, Surface | None]:
-    """Ops against tokens, prefill attention against (chunk, context before), decode attention
-    against (decodes, context): each point a median, an attention None if not measured."""
+    """Ops by tokens, attention by (chunk, context) or (decodes, context): medians; None: absent."""
     ops = {op: Curve(rows.groupby("tokens").seconds.median().to_dict())
            for op, rows in table.groupby("op") if op not in ATTENTION_OPS}
     pre = table[table.op == "prefill_attention"].assign(before=lambda r: r.context - r.tokens)
@@ -72,8 +70,7 @@ def config_of(model: str) -> ModelConfig:
     return ModelSpec("llama", hidden_size=int(s.hidden), intermediate_size=int(s.intermediate),
                      num_hidden_layers=int(s.layers), num_attention_heads=int(s.heads),
                      num_key_value_heads=int(s.kv_heads), vocab_size=int(s.vocab),
-                     # phi-2's plain MLP (fc1, GELU, fc2): what model.shape.is_gated reads as not
-                     # gated.
+                     # phi-2's plain MLP (fc1, GELU, fc2): not gated for model.shape.is_gated.
                      max_position_embeddings=4096, hidden_act="silu" if s.gated else "gelu_new")
 
 

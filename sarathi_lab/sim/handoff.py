@@ -1,7 +1,6 @@
-"""What a running pipeline's stages spend between two forwards, read off its ``stage_timeline``. An
-idle ping-pong (``measure/profiling/link.py``) is not what a message costs a pipeline that computes
-while it moves: a stage's core runs its communication, sends wait for the previous micro-batch's,
-and large activations move only while read. Each term: medians by tokens."""
+"""What a running pipeline's stages spend between two forwards, read off its ``stage_timeline``: an
+idle ping-pong (``link.py``) is not what a message costs a pipeline that computes while it moves.
+Each term: medians by tokens."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -68,8 +67,7 @@ class Handoff:
             raise ValueError(f"a handoff needs two or more stages and micro-batches: "
                              f"{start.shape[0]} stages, {start.shape[1]} micro-batches")
         later = slice(1, None)
-        # Where the header was there before stage s's previous forward ended, the time from that end
-        # to taking it is the stage's own (its sends, waits).
+        # A header there before stage s's previous forward ended: from that end on, the stage's own.
         after = command[later, 1:] - end[later, :-1]
         after = np.where(command[:-1, 1:] <= end[later, :-1], after, np.nan)
         receive = start[later] - np.maximum(planned[later], end[:-1])

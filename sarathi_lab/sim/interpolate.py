@@ -1,5 +1,5 @@
 """Piecewise-linear interpolation on measured grids, monotone (isotonic, pooled by the median: a dip
-is noise, and a stall would lift every later point of a least-squares fit); outside the grid the end
+is noise, and a stall would lift every later point of a least-squares fit); past the grid the end
 segment's slope carries on, and the caller is told."""
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import statistics
 
 
 def isotonic(ys: list[float], centre=statistics.fmean) -> list[float]:
-    """Pool adjacent violators; with statistics.median as ``centre`` one outlier moves a block by a
-    rank, not by its size."""
+    """Pool adjacent violators; a median ``centre`` moves a block by an outlier's rank, not size."""
     blocks: list[tuple[float, list[float]]] = []
     for y in ys:
         blocks.append((y, [y]))
@@ -35,8 +34,7 @@ def _lerp(xs: list[float], ys: list[float], x: float) -> tuple[float, bool]:
 
 
 def up_to_point(xs: list[float], x: float, within: float) -> float:
-    """On a fine grid a batch costs as the next count measured: a GEMM's tile step sits just past a
-    multiple of the tile. On a coarse grid linear interpolation stays closer."""
+    """On a fine grid a batch costs as the next count (tile steps sit just past multiples)."""
     j = bisect.bisect_left(xs, x)
     if 0 < j < len(xs) and xs[j] != x and xs[j] - xs[j - 1] <= within:
         return xs[j]
@@ -57,8 +55,7 @@ class Curve:
 
 
 class Surface:
-    """z(x, y) through measured rows, each x at its own y points or a rectangular grid; linear in x
-    between rows. Monotone along y and, on a rectangular grid, along x too."""
+    """z(x, y) through measured rows; linear in x, monotone along y (and x on a grid)."""
 
     def __init__(self, points: dict[tuple[float, float], float]):
         if not points:

@@ -1,5 +1,4 @@
-"""Iteration time from GPU kernels measured on the device, each part of the forward from its own
-measurement; what nobody measured comes from a roofline, named in ``.modelled``."""
+"""Iteration time from GPU kernels measured on the device; unmeasured parts roofline-priced."""
 from __future__ import annotations
 
 import warnings
@@ -53,8 +52,7 @@ class KernelCostModel(CostModel):
         missing = [op for op in GEMM_OPS if op not in ops]
         if missing:
             raise ValueError(f"GPU kernels {source}: no rows for op {missing[0]!r}")
-        # An op a model does not run (phi-2 has no post-attention norm) has no rows and costs
-        # nothing.
+        # An op a model does not run (phi-2's post-attention norm) has no rows and costs nothing.
         self.layer_ops = {op: ops[op] for op in (*GEMM_OPS, *POINTWISE_OPS) if op in ops}
         self.embedding = ops.get("embedding")
         attention = {"prefill_attention": self.prefill_attention,

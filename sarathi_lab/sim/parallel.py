@@ -1,7 +1,6 @@
-"""Tensor and pipeline parallelism as the simulator costs them (Megatron-LM): two all-reduces of the
-hidden states per layer, NCCL-measured where vidur measured them
-(``data/gpu_kernels/all_reduce.csv``) else a ring's roofline; ``pp`` stages split the layers. Link
-figures: docs/sim/README.md."""
+"""Tensor and pipeline parallelism as the simulator costs them (Megatron-LM): two all-reduces a
+layer, NCCL-measured where vidur measured them, else a ring's roofline. Link figures:
+docs/sim/README.md."""
 from __future__ import annotations
 
 import functools
@@ -85,12 +84,10 @@ class AllReduce:
 
 @dataclass(frozen=True)
 class StageTimes:
-    """Seconds of one micro-batch on each stage. The host terms are 0 (overlapped, as a GPU's driver
-    runs ahead) unless measured on a running pipeline: ``stage_host_s``, a stage's work on the
-    command it cannot overlap with its previous micro-batch; ``return_s``, logits on their way back;
-    ``after_s`` and ``receive_s``, a later stage's sends and its taking the activations in (a
-    message over the socket's buffer moves only while read); ``first_host_s``, stage 0's where it
-    differs (None: the same)."""
+    """Seconds of one micro-batch on each stage. Host terms are 0 (overlapped) unless measured on a
+    running pipeline: ``stage_host_s``, work a stage cannot overlap with its previous micro-batch;
+    ``receive_s``, taking the activations in (a message over the socket's buffer moves only while
+    read); ``first_host_s``, stage 0's where it differs (None: the same)."""
     stage_s: float
     last_extra_s: float
     p2p_s: float
@@ -101,7 +98,7 @@ class StageTimes:
     after_s: float = 0.0
     receive_s: float = 0.0
     first_host_s: float | None = None
-    # Each stage's layers over the first stage's where they do not split evenly; () where they do.
+    # Each stage's layers over the first's where they do not split evenly; () where they do.
     layer_share: tuple[float, ...] = ()
 
     def on(self, stage: int, stages: int) -> float:
@@ -120,9 +117,7 @@ class StageTimes:
 def through_stages(times: StageTimes, now: float, stage_free: list[float],
                    busy: list[float]) -> tuple[list[float], list[float]]:
     """One micro-batch through the stages: each stage's begin and end."""
-    # Stage 0's host work comes first and counts as its bubble, as a measured timeline's would;
-    # later stages take the command while the activations are on their way, not while they compute
-    # or send.
+    # Stage 0's host work is its bubble, as measured; later stages take commands in transit.
     first_host = times.stage_host_s if times.first_host_s is None else times.first_host_s
     ready, stages = now + times.host_s + first_host, len(stage_free)
     begins, ends = [], []

@@ -1,13 +1,7 @@
-"""The simulated executor of pipeline stages (``engine.sim_pp``): a PipelineExecutor on the engine's
-virtual clock, so that the engine's own loop keeps up to one micro-batch a stage in flight and its
-schedulers hold a request out while its tokens are in the pipeline, as on the real engine's pipeline
-(engine/llm_engine.py, ``LLMEngine.advance``). Each micro-batch passes the stages in turn, each busy
-for its share of the forward (parallel.StageTimes, through_stages), with each stage's send to the
-next between them.
-
-What the engine's clock reads: ``submit`` returns when stage 0 has run the micro-batch (the driver
-is a rank of stage 0: its host work, then its stage's compute), ``collect`` when the oldest
-micro-batch has left the last stage and its tokens are sampled."""
+"""The simulated pipeline executor (``engine.sim_pp``) on the engine's virtual clock: the engine's
+own loop keeps a micro-batch a stage in flight, as on the real pipeline (``LLMEngine.advance``).
+``submit`` returns when stage 0 has run the micro-batch (the driver is a rank of stage 0),
+``collect`` when the oldest one has left the last stage and its tokens are sampled."""
 from __future__ import annotations
 
 import math
@@ -31,17 +25,15 @@ class StageCosts(Protocol):
 
 
 class _InFlight(NamedTuple):
-    tokens: int          # rows sampled
-    start: float         # stage 0 begins it
-    exit: float          # its logits are back from the last stage
+    tokens: int
+    start: float
+    exit: float
     times: StageTimes
 
 
 class SimulatedPipelineExecutor(PipelineExecutor):
-    """``cost.stages`` stages on ``clock``, ``depth`` micro-batches in flight (default one a stage).
-    ``stage_busy_s``: each stage's compute so far; ``stage_spans``: (begins, ends) per stage of
-    every micro-batch submitted, in order; ``waiting_since``: when stage 0 had each one's work,
-    where the loop waited for an arrival on an empty pipeline (NaN: since the previous one)."""
+    """``depth`` micro-batches in flight (default one a stage). ``waiting_since``: when stage 0
+    had each one's work after waiting on an empty pipeline (NaN: it did not wait)."""
 
     def __init__(self, cost: StageCosts, clock: VirtualClock, eos_token_id: int | None = None,
                  depth: int | None = None):
@@ -78,8 +70,7 @@ class SimulatedPipelineExecutor(PipelineExecutor):
                           forward_s=mb.exit - mb.start, sample_s=mb.times.sample_s)
 
     def drain(self) -> None:
-        # The stages finish what they hold (the clock moves past it), so that the next run starts on
-        # an empty pipeline; the tokens are dropped.
+        # The stages finish what they hold, so that the next run starts on an empty pipeline.
         if self._in_flight:
             self.clock.sleep_until(self._in_flight[-1].exit)
         self._in_flight.clear()
@@ -88,8 +79,7 @@ class SimulatedPipelineExecutor(PipelineExecutor):
 
 def simulated_executor(cost_model: CostModel, clock: VirtualClock,
                        eos_token_id: int | None = None) -> Executor:
-    """The executor of ``executor=sim``: pipelined over the stages of a PipelineCostModel, else one
-    iteration at a time."""
+    """``executor=sim``: pipelined over a PipelineCostModel's stages, else one at a time."""
     if isinstance(cost_model, PipelineCostModel):
         return SimulatedPipelineExecutor(cost_model, clock, eos_token_id)
     return SimulatedExecutor(cost_model, clock, eos_token_id)

@@ -1,6 +1,6 @@
 """A workload served by the engine's own loop over the simulated pipeline's stages, and the bubble
-time of its micro-batches and requests by the one definition (engine/bubbles.py) a measured
-pipeline's timeline shares. The model of the pipeline: docs/sim/README.md, section 2."""
+time of its micro-batches and requests by the one definition (engine/bubbles.py) a measured pipeline
+shares (docs/sim/README.md, section 2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +37,7 @@ class PipelineRun:
 
 def serve_pipeline(scheduler: Scheduler, cost: StageCosts, lengths: list[tuple[int, int]],
                    arrivals: list[float] | None = None, depth: int | None = None) -> PipelineRun:
-    """Requests of (prompt, decode) tokens arriving at ``arrivals`` (default: all at 0), served by
-    ``scheduler`` with ``depth`` micro-batches in flight (default: one a stage)."""
+    """Requests of (prompt, decode) at ``arrivals``, ``depth`` micro-batches in flight."""
     arrivals = [0.0] * len(lengths) if arrivals is None else list(arrivals)
     seqs = [Sequence(i, [1] * p, d, a) for i, ((p, d), a) in enumerate(zip(lengths, arrivals))]
     clock = VirtualClock()
@@ -49,7 +48,7 @@ def serve_pipeline(scheduler: Scheduler, cost: StageCosts, lengths: list[tuple[i
     start = np.array([b for b, _ in spans]).T.reshape(cost.stages, len(spans))
     end = np.array([e for _, e in spans]).T.reshape(cost.stages, len(spans))
     bubbles = micro_batch_bubbles(start, end, executor.waiting_since)
-    # Micro-batches leave in the order they entered: the engine's iterations are theirs, in order.
+    # Micro-batches leave in entry order: the engine's iterations are theirs, in order.
     riders = [(*it.prefill_request_ids, *it.decode_request_ids) for it in metrics.iterations]
     return PipelineRun(metrics, request_bubbles(bubbles, riders, len(seqs)), bubbles,
                        list(executor.stage_busy_s), start, end)

@@ -1,5 +1,5 @@
-"""Iteration time interpolated from a table the engine measured on the device (``task=profile``; how
-an iteration sums its ops: docs/sim/README.md, section 8)."""
+"""Iteration time interpolated from a table the engine measured (``task=profile``;
+docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 import warnings
@@ -33,8 +33,7 @@ DENSE_OPS = tuple(op for op in OPS if op != "attention")
 COLUMNS = ("op", "tokens", "context", "batch", "seconds")
 
 
-# A reference forward spreading more than this while profiled is worth a warning: more than a quiet
-# machine's spread.
+# A reference forward spreading more than this while profiled is worth a warning.
 DRIFT_WARNING = 0.05
 
 
@@ -47,8 +46,7 @@ def drift_spread(description: dict) -> float | None:
 
 def measured_iterations(
         table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
-    """Each bare forward as (kind, prefills, decodes, seconds): a ``total`` row of one request
-    holding its context is a whole prefill, any other ``batch`` decodes."""
+    """Bare forwards as (kind, prefills, decodes, seconds): one-request ``total`` rows prefill."""
     rows = []
     for row in table[table.op.isin(("total", "hybrid_total"))].itertuples():
         tokens, context, batch = int(row.tokens), int(row.context), int(row.batch)
@@ -75,8 +73,7 @@ class ProfileCostModel(CostModel):
 
     @classmethod
     def applies(cls, choice: Choice) -> bool:
-        # One device's own table, or where the model's kernels were not measured there, the expected
-        # one.
+        # Else the expected device's table, where this one lacks the model's kernels.
         unmeasured = choice.measured_name not in gpu_kernels.measured(choice.device)
         return choice.tp == 1 and (choice.own_table or unmeasured)
 
@@ -84,15 +81,13 @@ class ProfileCostModel(CostModel):
     def build(cls, choice: Choice) -> ProfileCostModel:
         path = (Path(choice.profile) if choice.profile is not None
                 else profile_path(choice.device, choice.model))
-        # Past the profiled token counts the device's roofline prices the increment, where there is
-        # one.
+        # Past the profiled token counts the device's roofline prices the increment.
         beyond = roofline_for(choice) if choice.device in DEVICES else None
         return cls.from_csv(path, choice.config, choice.dtype, beyond=beyond)
 
     def __init__(self, table: pd.DataFrame, config: ModelConfig, dtype: str = "bfloat16",
                  source: str = "table", beyond: RooflineCostModel | None = None):
-        """``beyond``: a roofline pricing dense ops past the largest token count measured, where an
-        end segment's launch-bound slope says nothing; None: that slope carries on."""
+        """``beyond``: a roofline past the measured counts; None: the end slope goes on."""
         super().__init__(config, dtype)
         self.beyond = beyond
         missing = [c for c in COLUMNS if c not in table.columns]
@@ -100,9 +95,8 @@ class ProfileCostModel(CostModel):
             raise ValueError(f"profile {source}: no column {missing[0]!r}; expected "
                              f"{', '.join(COLUMNS)}")
         self.source = source
-        # Refused unless finite and >= 0: a NaN would reach the clock only when a batch lands near
-        # it, a negative be clipped silently.
-        import pandas as pd  # a run of another cost model reads no table
+        # A NaN would reach the clock only near a batch's size, a negative be clipped silently.
+        import pandas as pd
         for column in COLUMNS[1:]:
             values = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
             bad = ~(np.isfinite(values) & (values >= 0))
@@ -131,9 +125,7 @@ class ProfileCostModel(CostModel):
         self._dense_cache: dict[int, tuple[float, bool]] = {}
 
     def _shared_attention(self, hybrids: pd.DataFrame | None, floor: float) -> float:
-        """What a hybrid pays once for all its parts (a launch-bound layer's fixed cost each part's
-        row carries): the median of the measured hybrids' excess, at most the smaller part; without
-        hybrid rows, ``floor``."""
+        """A hybrid's once-paid cost: the median measured excess (at most the smaller part)."""
         if hybrids is None:
             return floor
         excess = []
@@ -191,8 +183,7 @@ class ProfileCostModel(CostModel):
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = batch_tokens(prefills, decodes)
         dense, outside = self._dense_s(tokens)
-        # ``others`` was measured with one sampled row: add the LM head's other rows (or take the
-        # one away).
+        # ``others`` was measured with one sampled row: add the LM head's other rows.
         head, head_out = self.lm_head(num_sampled) if num_sampled else (0.0, False)
         one_row, _ = self.lm_head(1)
         ops = {"dense": dense, "lm_head_extra": head - one_row}
@@ -207,8 +198,8 @@ class ProfileCostModel(CostModel):
             ops["decode_attention"], outside, parts = t, outside or out, parts + [t]
         forward = sum(ops.values())
         if len(parts) > 1 and self.attention_shared_s:
-            # One attention pass per layer serves the whole batch: its fixed cost is paid once, the
-            # batch never costs less than its largest part, and more work never rounds to less time.
+            # One attention pass per layer serves the whole batch: its fixed cost is paid once, and
+            # more work never rounds to less time.
             attention = max(sum(parts) - self.attention_shared_s * (len(parts) - 1), max(parts))
             cut = sum(parts) - attention
             taken = min(cut, ops["decode_attention"])

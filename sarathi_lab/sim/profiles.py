@@ -1,5 +1,4 @@
-"""Where the engine's measured tables lie, as paths alone: choosing a cost model, the benches and
-the profile task find the same table without loading any cost model."""
+"""Where the engine's measured tables lie, as paths alone: found without loading a cost model."""
 from __future__ import annotations
 
 import json
@@ -14,7 +13,7 @@ if TYPE_CHECKING:
 
 # Here, where both measure/profiling/ops.py and the profile cost model read them.
 OPS = ("qkv_proj", "attention", "o_proj", "ffn", "others")
-# Names the GPU lease whose profiles every reader takes (docs/gpu/leases.md), instead of the newest.
+# The GPU lease whose profiles every reader takes (docs/gpu/leases.md), not the newest.
 LEASE_ENV = "SARATHI_PROFILE_LEASE"
 
 
@@ -34,8 +33,7 @@ def own_profile_path(device: str, model: str | ModelConfig) -> Path:
 
 
 def profile_path(device: str, model: str | ModelConfig) -> Path:
-    """The lease LEASE_ENV names, else the one measured here, else the newest lease's holding one
-    (``<date>_<commit>`` sorts newest last); where none is, the own path."""
+    """The lease LEASE_ENV names, else this machine's, else the newest lease's; else own path."""
     own = own_profile_path(device, model)
     if lease := os.environ.get(LEASE_ENV):
         return own.parent / lease / own.name

@@ -1,6 +1,6 @@
 """Iteration time from a device's ceilings: each kernel as long as the slower of its flops and bytes
-at the share of peak real kernels reach, never under a kernel's floor; calibrated, those shares
-fitted to measured GPU kernels (docs/sim/README.md, section 8)."""
+at the share of peak real kernels reach, never under a kernel's floor (shares fitted to measured
+kernels when calibrated: docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -20,9 +20,8 @@ from sarathi_lab.sim.device import Device, load_device
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
 
-# Small decode-only iterations are remembered by their contexts: the same few recur through a run of
-# small batches (where a capacity search spends most of its iterations), and hashing a few contexts
-# costs less than predicting.
+# Small decode-only iterations are remembered by their contexts: the same few recur through small
+# batches (most of a capacity search), and hashing a few contexts costs less than predicting.
 SMALL_DECODE_BATCH = 4
 MEMO_SIZE = 1 << 16
 
@@ -44,7 +43,7 @@ class RooflineCostModel(CostModel):
         e = self.elem_bytes
         # phi-2's parallel block: attention and MLP read one norm.
         self.norms = 2 if s.gated else 1
-        # The residual adds move as much again as two norms (the engine fuses each add into a norm).
+        # The residual adds move as much as two norms (the engine fuses each into a norm).
         self.pointwise_elems = {"norm": self.norms * pointwise_elems("norm", s),
                                 "add": 4 * s.hidden, "rope": pointwise_elems("rope", s),
                                 "act": pointwise_elems("act", s)}

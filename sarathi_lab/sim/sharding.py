@@ -1,5 +1,4 @@
-"""How a model is split over GPUs (tensor parallel over heads and MLP, pipeline over layers) and
-the links between them: one GPU's part of a model, for the KV plan and every cost model."""
+"""One GPU's part of a model split over GPUs, and the links between them, for every cost model."""
 from __future__ import annotations
 
 import math
@@ -17,8 +16,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Parallelism:
-    # A DGX A100's links (docs/sim/README.md, section 2): NVLink's ring all-reduce, InfiniBand HDR
-    # between nodes.
+    # A DGX A100's links (docs/sim/README.md, section 2): NVLink ring, InfiniBand HDR between.
     tp: int = 1
     pp: int = 1
     allreduce_bandwidth: float = 240e9
@@ -29,7 +27,7 @@ class Parallelism:
     def __post_init__(self):
         for key in ("tp", "pp"):
             check_count(f"sim.parallel.{key}", getattr(self, key), 1)
-        # A NaN bandwidth never lets the simulated clock pass a finite time: the run would not end.
+        # A NaN bandwidth never lets the clock pass a finite time: the run would not end.
         for key in ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s"):
             value, bandwidth = getattr(self, key), key.endswith("bandwidth")
             number = not isinstance(value, bool) and isinstance(value, (int, float))
@@ -38,17 +36,15 @@ class Parallelism:
                                   f"number {'> 0' if bandwidth else '>= 0'}")
 
     def p2p_s(self, tokens: int, hidden_bytes: int) -> float:
-        """One stage's send of a micro-batch's hidden states to the next (each of its ``tp`` GPUs
-        sends its part); none without stages."""
+        """One stage's send of a micro-batch's hidden states to the next; none without stages."""
         if self.pp == 1:
             return 0.0
         return self.p2p_latency_s + tokens * hidden_bytes / self.tp / self.p2p_bandwidth
 
 
 def shard_config(config: ModelConfig, par: Parallelism, model: str = "") -> ModelConfig:
-    """The part of ``config`` one GPU runs, by the engine's rule (model/parallel/); the vocabulary
-    padded where it does not split, as vLLM pads it; the first stage's layers, the most of any. A
-    split the engine refuses is refused in one line naming sim_tp or sim_pp."""
+    """The part of ``config`` one GPU runs, by the engine's rule (model/parallel/); a split the
+    engine refuses is refused in one line naming sim_tp or sim_pp."""
     with marked_as({"tensor_parallel": "sim_tp", "pipeline_parallel": "sim_pp"}):
         shard = TensorShards.of(config, 0, par.tp, model, pad_vocab=True).local_config(config)
         shard.num_hidden_layers = Stage.of(config.num_hidden_layers, par.pp, 0, model).num_layers
@@ -57,6 +53,5 @@ def shard_config(config: ModelConfig, par: Parallelism, model: str = "") -> Mode
 
 
 def shard(config: ModelConfig, tp: int, pp: int = 1, model: str = "") -> ModelConfig:
-    """What one GPU holds of ``config`` split over ``tp`` GPUs in each of ``pp`` stages (``config``
-    itself for one GPU); its weights and KV per token follow from its shape (model/shape.py)."""
+    """What one GPU holds of ``config`` split over ``tp`` GPUs in each of ``pp`` stages."""
     return config if tp == pp == 1 else shard_config(config, Parallelism(tp=tp, pp=pp), model)

@@ -1,10 +1,7 @@
-"""A pipeline stage's times from a cost model of the whole model on one device, one device a stage,
-as ``sim/pipeline_run.py`` serves it.
-
-The layers split evenly (the profile cannot tell layers apart), the LM head runs on the last stage,
-and the driver's host work for a batch occupies stage 0 before its forward. Commands (header and
-bytes), activations (hidden states and residual) and the logits sent back are each priced by the
-link between the stages' processes."""
+"""A pipeline stage's times from a one-device cost model of the whole model, as
+``sim/pipeline_run.py`` serves it: the layers split evenly (a profile cannot tell layers apart), the
+LM head on the last stage, the driver's host work on stage 0 before its forward, and every message
+(commands, activations, logits) priced by the link between the stages' processes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +25,7 @@ class ProfileStages:
     hidden_bytes: int  # the residual goes with it
     link: Link = LOOPBACK
     logits_row_bytes: int = 0
-    # Measured on a running pipeline: each stage's work between two forwards; None: as the link
-    # prices the messages.
+    # Each stage's work between forwards, measured on a running pipeline; None: link-priced.
     handoff: Handoff | None = None
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int],

@@ -1,5 +1,4 @@
-"""Sarathi-Serve: capacity under latency SLOs, read from a results root like every paper result
-(table, claim and bars: analysis/capacity.py)."""
+"""Sarathi-Serve: capacity under latency SLOs (table, claim and bars: analysis/capacity.py)."""
 from __future__ import annotations
 
 import pandas as pd

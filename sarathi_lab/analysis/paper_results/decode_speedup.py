@@ -16,8 +16,7 @@ _CHUNK_ALIGN_TITLES = {"none": "fixed chunk (chunk + B - 1 overflows a 128-token
 
 
 def unresolved_note(gains: pd.DataFrame) -> str:
-    """The count of points within noise of the chunk alone and the bound their repeats give (''
-    where all resolved)."""
+    """Points within noise of the chunk alone and their repeats' bound ('' where all resolved)."""
     unresolved = gains[~gains.resolved]
     if unresolved.empty:
         return ""

@@ -40,8 +40,7 @@ def claims(results) -> list[dict]:
 
 
 def _why(simulated) -> str:
-    """Why the simulated gains stay below the paper's where chunks fill whole GEMM tiles; '' else.
-    """
+    """Why the simulated gains stay below the paper's where chunks fill whole GEMM tiles; ''."""
     gains = derive.pd_ratio_gains(simulated.summary("pd_ratio"))
     if gains.gain.max() >= paper.PD_WIDE_GAIN or (gains.chunk % paper.TILE).any():
         return ""

@@ -1,5 +1,4 @@
-"""Fig. 12: pipeline bubbles per request and time to complete N requests on a real two-stage
-pipeline, beside the simulator's prediction."""
+"""Fig. 12: pipeline bubbles and completion times on a real two-stage pipeline, and predicted."""
 from __future__ import annotations
 
 import re
@@ -21,12 +20,10 @@ SIM_TOLERANCE = 0.15
 
 
 def ratios(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per seed and baseline: its median bubble per request over SARATHI's, measured and simulated,
-    and the simulated ratio's gap to the measured one (relative)."""
+    """Per seed and baseline: median bubble over SARATHI's, measured, simulated, and their gap."""
     rows = []
     for seed, runs in summary.groupby("seed" if "seed" in summary else np.zeros(len(summary))):
-        # Numbers, NaN where a run has none (a run without a profile to predict it has no sim_*
-        # values).
+        # NaN where a run has none (a run without a profile to predict it has no sim_* values).
         columns = ["bubble_p50_s", "sim_bubble_p50_s", "makespan_s", "sim_makespan_s"]
         by = (runs.set_index("scheduler").reindex(columns=columns)
               .apply(pd.to_numeric, errors="coerce"))
@@ -100,9 +97,9 @@ def _cdf(ax, values: np.ndarray, **style) -> None:
 
 
 def figure(results, simulated=None):
-    from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
+    from sarathi_lab.analysis import figures
 
-    # Each request's measured and simulated bubble and finish; its run's swept keys are its columns.
+    # Each request's measured and simulated bubble and finish, its run's swept keys as columns.
     requests, summary = results.table(NAME, "request_bubbles"), results.summary(NAME)
     colors = dict(zip(LABELS, figures.sns.color_palette("deep", len(LABELS))))
     fig, (cdf, done, bars) = figures.subplots(1, 3, figsize=(17, 5), width_ratios=[3, 3, 2])
@@ -111,7 +108,7 @@ def figure(results, simulated=None):
         runs = requests[requests.scheduler == name]
         if not len(runs):
             continue
-        # One seed's requests drawn (the others are repeats; the ratios below are over every seed).
+        # One seed's requests drawn (the rest repeat; the ratios below are over every seed).
         one = runs[runs.seed == first_seed] if first_seed is not None else runs
         for prefix, ls, what in (("", "-", "measured"), ("sim_", "--", "simulated")):
             _cdf(cdf, one[f"{prefix}bubble_s"].to_numpy(), color=colors[name], ls=ls,
@@ -124,7 +121,7 @@ def figure(results, simulated=None):
     done.set(xlabel="time since the first arrival (s)", ylabel="requests completed",
              title="(b) time to complete N")
     table = ratios(summary) if len(summary) else pd.DataFrame()
-    # Short lines: the box sits in the panel's empty lower right, clear of the curves and the axis.
+    # Short lines: the box sits in the panel's empty lower right.
     lines = ["paper (GPT-3, 64 A100s, simulated):",
              f"  baseline / SARATHI {PAPER['median_bubble_ratio']}x"]
     for base, rows in (table.groupby("baseline") if len(table) else []):
@@ -143,7 +140,7 @@ def figure(results, simulated=None):
            if len(model) else "the simulator")
     if ({"sim_message_8b_s", "sim_message_1048576b_s"} <= set(summary)
             and summary.sim_message_8b_s.notna().any()):
-        # Each job measured its own link: the range over the jobs, not the first job's table alone.
+        # Each job measured its own link: the range over jobs, not the first one's table.
         small, large = 1e6 * summary.sim_message_8b_s, 1e6 * summary.sim_message_1048576b_s
         how = re.sub(r"sends .*a message", f"sends {small.min():.0f}-{small.max():.0f} us (8 B) to "
                      f"{large.min():.0f}-{large.max():.0f} us (1 "
@@ -159,8 +156,7 @@ def figure(results, simulated=None):
 
 
 def _ratio_bars(ax, table: pd.DataFrame) -> None:
-    """Median bubble of each baseline over SARATHI's: measured, simulated (seed means, min-max
-    whiskers) and the paper's."""
+    """Each baseline's median bubble over SARATHI's: measured, simulated, the paper's."""
     width, kinds = 0.27, (("measured", "measured", "0.25"), ("simulated", "simulated", "0.6"))
     bases = [b for b in BASELINES if len(table) and (table.baseline == b).any()]
     for i, base in enumerate(bases):
@@ -176,8 +172,7 @@ def _ratio_bars(ax, table: pd.DataFrame) -> None:
     ax.axhline(1, color="black", lw=1)
     ax.set_xticks(range(len(bases)), [LABELS[b].split(" (")[0] for b in bases])
     ax.set(ylabel="median bubble over SARATHI's (x)", title="(c) median-bubble ratio")
-    # Room above the tallest bar or whisker (the paper's included) for the legend, which hid its
-    # top.
+    # Room above the tallest bar or whisker for the legend.
     top = max([PAPER["median_bubble_ratio"], *(table[c].max() for c, _, _ in kinds if len(table))])
     ax.set_ylim(0, 1.4 * top)
     ax.legend(fontsize=8, loc="upper left", ncol=3)

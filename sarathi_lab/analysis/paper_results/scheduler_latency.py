@@ -13,7 +13,7 @@ CLAIM = "Stall-free batching keeps P99 TBT below vllm's and orca's at every load
 def claims(results) -> list[dict]:
     summary = results.summary("scheduler_latency")
     rivals = ["vllm", "orca"]
-    # Every named scheduler a column: one whose runs all failed is NaN (not judged), not a KeyError.
+    # Every named scheduler a column: one whose runs all failed is NaN, not a KeyError.
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler",
                               values="itl_p99_s").reindex(
         columns=["sarathi_serve", *rivals])
@@ -31,8 +31,7 @@ def claims(results) -> list[dict]:
 
 
 def _hybrid_tbt(summary: pd.DataFrame) -> tuple[str, float | None]:
-    """The paper's number beside ours: orca's P99 TBT over sarathi_serve's at the load where largest
-    (None: not run)."""
+    """Orca's P99 TBT over sarathi_serve's where largest, beside the paper's (None: not run)."""
     tbt = summary.pivot_table(index="workload.qps", columns="scheduler", values="itl_p99_s")
     theirs = f"paper: no budget raises P99 TBT up to {paper.NAIVE_HYBRID_TBT_INFLATION:g}x"
     ratio = ((tbt.orca / tbt.sarathi_serve).dropna()

@@ -1,5 +1,5 @@
-"""The scheduler interface and registry. Out of cache the newest request is preempted (as in vLLM),
-so the oldest progresses; orca and static reserve max_model_len on admission instead."""
+"""Scheduler interface and registry. Out of cache the newest is preempted, so the oldest
+progresses; orca and static reserve max_model_len on admission instead."""
 from __future__ import annotations
 
 import bisect
@@ -90,7 +90,7 @@ class Scheduler(ABC):
                               f"invalid{why}")
         self.waiting: list[Sequence] = []  # in arrival order, preempted requests included
         self.running: list[Sequence] = []
-        self.in_flight: set[int] = set()  # see schedule
+        self.in_flight: set[int] = set()
 
     @classmethod
     def cache_refusal(cls, config: SchedulerConfig, block_manager: BlockManager) -> str | None:
@@ -113,8 +113,8 @@ class Scheduler(ABC):
         """The one fit check (``add``, LLM and the preflight use it)."""
         if total > self.config.max_model_len:
             return f"has {total} tokens, more than max_model_len={self.config.max_model_len}"
-        # Its last token is never cached. One that can't fit alone would be preempted forever or
-        # stall the engine; preempted, it is readmitted with all its cached tokens.
+        # Its last token is never cached. One that cannot fit alone would be preempted forever or
+        # stall the engine.
         cached, blocks = total - 1, self.blocks
         if cached > blocks.admissible_tokens:
             held = blocks.num_blocks * blocks.block_size
@@ -135,8 +135,7 @@ class Scheduler(ABC):
         return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
-        """The policy sees the oldest ``max_batch_size`` not ``in_flight``: micro-batches that come
-        back together must not merge into one."""
+        """The oldest ``max_batch_size`` not ``in_flight``: micro-batches must not merge."""
         batch = ScheduledBatch()
         everyone, cap = self.running, self.config.max_batch_size
         if not self.in_flight and len(everyone) <= cap:
@@ -157,13 +156,11 @@ class Scheduler(ABC):
         """The policy."""
 
     def likely_chunks(self, num_decodes: int, uncomputed: list[int]) -> list[int] | None:
-        """The chunk each ongoing prefill (its tokens left, in priority order) would get beside
-        ``num_decodes`` decodes if nothing joins; None: the policy does not say."""
+        """The chunk each ongoing prefill gets beside ``num_decodes`` decodes; None: not said."""
         return None if uncomputed else []
 
     def likely_next(self, batch: ScheduledBatch) -> NextBatch | None:
-        """``batch``'s likely successor (next_batch.py), read without deciding it: the waiting
-        requests it admits now may join (a chunking policy's budget takes a few at most)."""
+        """``batch``'s likely successor (next_batch.py), read without deciding it."""
         room = self.config.max_batch_size - len(self.running)
         joining = []
         for seq in self.waiting[:min(room, LIKELY_JOINS)]:
@@ -198,9 +195,8 @@ class Scheduler(ABC):
         return dropped
 
     def _admits(self, seq: Sequence) -> bool:
-        """Only while all its tokens' blocks are free (Sarathi-Serve's can_allocate), even when
-        they come a chunk at a time: one admitted on its first chunk alone finds later chunks'
-        blocks taken by decodes, is preempted, readmitted, and recomputes forever."""
+        """Only while all its tokens' blocks are free (can_allocate): one admitted on its first
+        chunk alone finds later chunks' blocks taken by decodes and recomputes forever."""
         return self.blocks.can_admit(seq, self._admission_tokens(seq))
 
     def _admission_tokens(self, seq: Sequence) -> int:
@@ -314,7 +310,7 @@ def scheduler_config(name: str, knobs: dict[str, Any] | None = None,
 
 
 def unknown_knob(key: str, shown: str) -> ConfigError:
-    """A misspelt engine setting lands here too (LLM(chunk=256)): the nearest of both is named."""
+    """A misspelt engine setting lands here too (LLM(chunk=256)): the nearest of both named."""
     known = knob_names()
     names = sorted(known | ENGINE_FIELDS - {"scheduler_knobs"})
     near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
@@ -339,8 +335,7 @@ def foreign_knob(name: str, key: str, value: Any) -> ConfigError | None:
 
 @functools.cache
 def _warn_foreign_knob(name: str, key: str, value: str) -> None:
-    # Said once, so a sweep over schedulers sharing one config runs without a warning per job; for
-    # a single engine (LLM(...), +scheduler.KEY=) it is refused before this.
+    # Said once, so a sweep over schedulers warns once; a single engine refused it before.
     log.info("%s=%s is ignored by scheduler=%s: a knob of scheduler=%s", key, value, name,
              " and ".join(knob_owners(key)))
 

@@ -50,8 +50,8 @@ class SarathiScheduler(Scheduler):
         return config.chunk_size + config.max_batch_size
 
     def chunk_tokens(self, decodes: int) -> int:
-        """Where no aligned chunk exists the chunk is chunk_size as set: the prompt must go on, and
-        the iteration still holds no more than chunk_size + decodes tokens."""
+        """Where no aligned chunk exists, chunk_size as set: the prompt must go on, and the
+        iteration holds at most chunk_size + decodes tokens."""
         size = self.config.chunk_size
         if self.config.chunk_alignment == "none":
             return size

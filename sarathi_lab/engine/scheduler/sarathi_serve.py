@@ -16,8 +16,7 @@ class SarathiServeConfig(SchedulerConfig):
 
 @register_scheduler("sarathi_serve")
 class SarathiServeScheduler(Scheduler):
-    """Sarathi-Serve's stall-free batching: decodes first, never paused, then chunks until the
-    budget is spent."""
+    """Stall-free batching: decodes first, never paused, then chunks until the budget is spent."""
 
     Config = SarathiServeConfig
     config: SarathiServeConfig

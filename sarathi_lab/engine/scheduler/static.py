@@ -4,8 +4,7 @@ from sarathi_lab.engine.scheduler.base import Scheduler, register_scheduler
 
 @register_scheduler("static")
 class StaticScheduler(Scheduler):
-    """FasterTransformer's request-level batching: the next batch is admitted only once every
-    request of this one finished."""
+    """FasterTransformer's request-level batching: a new batch only once this one finished."""
 
     reserves_max_model_len = True
     prefills_whole_prompts = True

@@ -12,8 +12,7 @@ class VLLMConfig(SchedulerConfig):
 
 @register_scheduler("vllm")
 class VLLMScheduler(Scheduler):
-    """Prefill-prioritising: prefill-only iterations of whole prompts while they wait and fit,
-    else decode-only ones."""
+    """Prefill first: whole prompts while they wait and fit, else decode-only iterations."""
 
     Config = VLLMConfig
     config: VLLMConfig

@@ -1,6 +1,6 @@
 """A measurement as a case: a grid of points, a callable measuring one point into rows, and the
-reference its rows are read against. One runner parses the options every case shares once, runs
-the grid on this machine's device (or ``--dry``: the smoke grid on the CPU) and writes the table."""
+reference its rows are read against. One runner parses the shared options once, runs the grid on
+this machine's device (or ``--dry``: the smoke grid on the CPU) and writes the table."""
 from __future__ import annotations
 
 import argparse
@@ -26,30 +26,29 @@ SHARED = ("device", "dtype", "threads", "clock", "cpu_linear")
 
 @dataclass(frozen=True)
 class Report:
-    """What is printed around a case's table once every point is measured."""
+    """Printed around a case's table once every point is measured."""
     head: list[str]
     title: str | None = None
-    extra: dict = field(default_factory=dict)  # the JSON table's other keys
+    extra: dict = field(default_factory=dict)
     tail: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Case:
-    """``grid(args)`` the points; ``measure(args, point)`` one point's row or rows; ``start(args)``
-    adds to the options, once, what the points share (a model, a workload), as the runner adds
-    ``args.load``, the host's load when the run began."""
+    """``grid(args)`` the points; ``measure(args, point)`` one point's rows; ``start(args)`` adds to
+    the options, once, what the points share (a model, a workload)."""
     name: str  # its module's: whose docstring's first paragraph says what it measures
     reference: str  # what its rows are read against: a peer, a floor, a target, or none
     grid: Callable[[argparse.Namespace], Sequence]
     measure: Callable[[argparse.Namespace, Any], dict | list[dict]]
     report: Callable[[argparse.Namespace, Any], Report] = lambda args, table: Report([])
     knobs: Callable[[argparse.ArgumentParser], None] = lambda parser: None
-    smoke: dict = field(default_factory=dict)  # the knobs' tiny sizes (--smoke, --dry)
+    smoke: dict = field(default_factory=dict)  # tiny sizes for --smoke and --dry
     shared: tuple[str, ...] = ("device", "dtype", "threads")
     start: Callable[[argparse.Namespace], None] = lambda args: None
     check: Callable[[argparse.Namespace], str | None] = lambda args: None  # a refusal, or None
     float_format: str = "{:.3f}"
-    machine: bool = True  # the machine's line heads the printout
+    machine: bool = True
 
     @property
     def doc(self) -> str:
@@ -145,15 +144,14 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
     if unknown:
         allowed = [o for a in p._actions for o in a.option_strings if o.startswith("--")]
         p.error(f"{unknown[0]} is not an option of {case.name}: allowed are {', '.join(allowed)}")
-    if args.smoke or args.dry:  # as defaults: an option the command line gives wins
+    if args.smoke or args.dry:
         dry = {"device": "cpu", "threads": 1} if args.dry else {}
         p.set_defaults(smoke=True, **case.smoke, **{k: v for k, v in dry.items()
                                                     if k in case.shared})
         args = p.parse_args(argv)
     if args.isa:
         as_isa(case, p, args.isa, argv)
-    # CPU time is a core's own only on the CPU with one thread: a GPU's is not this process's, and
-    # more threads' seconds (spin-waits too) add up.
+    # CPU time is a core's own only on the CPU with one thread (a GPU's is not; threads add up).
     has = set(case.shared)
     if "clock" in has and args.clock == "cpu" and args.device == "cuda":
         p.error("--clock cpu is invalid with --device cuda: it counts this process's CPU "
@@ -179,8 +177,7 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
 
 
 def as_isa(case: Case, p: argparse.ArgumentParser, name: str, argv: list[str]) -> None:
-    """The environment set, then the case run again in a fresh interpreter: the libraries read
-    their ISA settings when they load."""
+    """The environment set, the case rerun in a fresh interpreter: libraries read ISA at load."""
     from sarathi_lab.measure.profiling import isa
     from sarathi_lab.measure.profiling.machine import cpu_flags
 

@@ -21,7 +21,7 @@ from sarathi_lab.measure.tasks import reread
 from sarathi_lab.sim.device import load_device
 
 DEVICES = ("a6000", "a100", "h100", "h200")
-SIMULATED = ("a6000", "h100")  # the paper's device and ours
+SIMULATED = ("a6000", "h100")
 MODEL, CHUNKS, LENGTHS = "llama-13b", (256, 512), (1024, 3072)
 COST_MODELS = ("roofline", "calibrated")
 

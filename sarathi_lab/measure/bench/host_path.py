@@ -118,7 +118,6 @@ def measure(args, point: tuple[int, int, int]) -> dict:
     times = pd.DataFrame([{
         "host": r.duration - r.forward_time, "schedule": r.schedule_time, "prepare": r.prepare_time,
         "sample": r.sample_time,
-        # What the step times outside its named parts.
         "rest": r.duration - r.schedule_time - r.prepare_time - r.forward_time - r.sample_time,
         f"{GPU}_forward": args.cost_model.iteration_cost(prefills, decodes,
                                                          r.num_decode_requests).forward_s,

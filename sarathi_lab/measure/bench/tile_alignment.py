@@ -14,8 +14,7 @@ from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.tiles import aligned_chunk
 from sarathi_lab.sim.cost_model import CostModel, batch_tokens
 
-# The paper's LLaMA-33B on an A100 (its kernels never measured), and Llama-2-7B, whose were
-# (profile).
+# LLaMA-33B on an A100 (kernels never measured), and Llama-2-7B, whose were (profile).
 CASES = (("llama-33b", "a100", ("roofline", "calibrated")),
          ("llama2-7b", "a100", ("roofline", "calibrated", "profile")))
 SEQ_LENS = (1024, 2048, 3072)

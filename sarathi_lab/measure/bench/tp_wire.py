@@ -3,8 +3,7 @@ into one buffer and broadcasting it (header, then payload) to the other ranks, b
 it serves, for decode batches of each size, the hybrid iterations (a prefill chunk with the decodes
 riding on it) and the prefill-only first one. Method: docs/parallel.md.
 
-Each request is given as many more tokens as it was prefilled earlier, so that all finish together
-and every decode-only iteration holds N."""
+Each request gets as many more tokens as it was prefilled earlier: all finish together."""
 from __future__ import annotations
 
 from statistics import median

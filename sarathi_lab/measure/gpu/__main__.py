@@ -63,10 +63,8 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
 
 
 def run_worker(job: dict, watch: Progress | None = None) -> int:
-    """worker.main's ``job``; its exit status, -SIGTERM past the deadline. Interrupted, the worker
-    is stopped as at a deadline so runs save what they measured."""
-    # Weights are drawn in float32 and cast one by one: expandable segments return the freed pages
-    # before the KV cache is allocated.
+    """worker.main's ``job``; its exit status. Interrupted: stopped as at a deadline."""
+    # Weights drawn in float32, cast one by one: freed pages return before the KV cache.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "PYTHONUNBUFFERED": "1"} | dict(os.environ)
     proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.measure.gpu.worker",
@@ -98,8 +96,7 @@ def print_table(out: Path, names: list[str]) -> None:
 
 def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, budget: float | None,
               watch: Progress | None) -> bool:
-    """Workers until ``todo`` is settled or the budget ends; True where one died before settling any
-    step."""
+    """Workers until ``todo`` is settled or the budget ends; True where one died settling none."""
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
             for s in todo:
@@ -122,22 +119,19 @@ def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, bu
         left = [s for s in todo if (state.started_at(out, s.name) or 0) < worker_start
                 and not ((r := state.read_result(out, s.name)) and r.started_at >= worker_start)]
         if code not in (0, RESTART) and len(left) == len(todo) and not out_of_time:
-            # Died before a step began: a fresh worker would die the same way until the budget ran
-            # out.
+            # Died before a step began: a fresh worker would die the same way until the budget ends.
             print(f"[gpu] the worker ended with {code} before it settled any step; not restarted "
                   "(its error is above)")
             return True
         if out_of_time:
             break
-        # A worker that ended on its own went through its batch: what it deferred waits for the next
-        # call.
+        # A worker that ended on its own went through its batch: deferrals wait for the next call.
         todo = [s for s in left if s not in batch] if code == 0 else left
     return False
 
 
 def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[Step], float | None]:
-    """The next worker's steps and deadline: a capped step (queue.CAPS) runs alone, stopped at its
-    cap."""
+    """The next worker's steps and deadline: a capped step (queue.CAPS) runs alone, to its cap."""
     first = todo[0]
     if deadline is None:
         return todo, None
@@ -318,8 +312,7 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
 
 
 def writable_dir(path: Path) -> str | None:
-    """Why ``path`` cannot be a folder to write into, or None (created if missing, then a file made
-    there and removed)."""
+    """Why ``path`` cannot be a folder to write into (tried with a file), or None."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -330,8 +323,7 @@ def writable_dir(path: Path) -> str | None:
 
 
 def exit_code(out: Path, names: list[str]) -> int:
-    """0: every step done (or unavailable); 3: more the same call runs; 1: nothing more to run, and
-    a step failed."""
+    """0: all done (or unavailable); 3: the same call runs more; 1: nothing more, a step failed."""
     status = {n: (r.status if (r := state.read_result(out, n)) else "not started") for n in names}
     left = [n for n, s in status.items() if s not in ("done", "unavailable")]
     print(f"\n[gpu] {sum(s == 'done' for s in status.values())} of {len(names)} steps done" +
@@ -342,8 +334,7 @@ def exit_code(out: Path, names: list[str]) -> int:
 
 
 def _commit() -> str:
-    """Short commit: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (the device's copy has no
-    .git)."""
+    """Short commit: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (a copy without .git)."""
     from sarathi_lab.code_commit import source_commit
 
     commit = source_commit()[0]

@@ -1,6 +1,4 @@
-"""A GPU suite's archive read without trusting it: its members only once the whole archive was read
-and found one the suite could have written (files and folders, allow-listed names, sizes within the
-limits below); else an ArchiveRefused before any file is written."""
+"""A GPU suite's archive read untrusted: members only once the whole was checked."""
 from __future__ import annotations
 
 import gzip
@@ -16,8 +14,8 @@ from sarathi_lab.analysis.gpu_records import MAX_FILE_BYTES, NAME_PART
 
 # the archive on disk (a call brings back at most MAX_FILE_BYTES of it)
 MAX_ARCHIVE_BYTES = 64 << 20
-MAX_TOTAL_BYTES = 256 << 20    # all members expanded
-MAX_TAIL_BYTES = 1 << 20  # after the tar's end blocks
+MAX_TOTAL_BYTES = 256 << 20
+MAX_TAIL_BYTES = 1 << 20
 MAX_MEMBERS = 50_000
 MAX_DEPTH = 16
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
@@ -48,8 +46,7 @@ def check_name(name: str, what: str) -> str:
 
 
 def inside(root: Path, relative: str | Path, what: str) -> Path:
-    """``root / relative`` resolved (links followed), or an ArchiveRefused where it leaves ``root``.
-    """
+    """``root / relative`` resolved (links followed); ArchiveRefused where it leaves ``root``."""
     base = Path(root).resolve()
     target = (base / relative).resolve()
     if not target.is_relative_to(base):
@@ -113,8 +110,7 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
 
 
 def _open_regular(path: Path, label: str):
-    """``path`` opened without waiting (a FIFO would block a plain open), then checked to be a
-    regular file of at most MAX_ARCHIVE_BYTES."""
+    """``path`` opened without waiting (FIFOs block), checked a regular file within the limit."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:

@@ -27,13 +27,12 @@ from sarathi_lab.measure.gpu.archive_members import ArchiveRefused
 KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png"
                   r"|steps/[\w.-]+/[\w.-]+\.(json|csv|log|txt))$")
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
-# A tuned-kernel table the tune step wrote (the engine reads it once committed to
-# sarathi_lab/tuned/).
+# A tuned-kernel table the tune step wrote (read once committed to sarathi_lab/tuned/).
 TUNED = re.compile(r"^steps/tune/(?!result\.json$)[\w.-]+\.json$")
 RUN = re.compile(r"^paper/[\w.-]+/multiruns/[^/]+/[^/]+/metrics\.json$")
-ENV = "steps/env/env.json"  # names the device
-SUMMARY = gpu_records.SUMMARY  # the steps' commits and start times
-LEASE = gpu_records.LEASE_FILE  # what the index says of a lease
+ENV = "steps/env/env.json"
+SUMMARY = gpu_records.SUMMARY
+LEASE = gpu_records.LEASE_FILE
 INDEX = "leases.md"
 
 
@@ -108,8 +107,7 @@ RESULT = re.compile(r"^steps/([\w.-]+)/result\.json$")
 
 
 def _check_kept(contents: dict[str, bytes], label: str) -> StepResult | None:
-    """Kept step results and claims.csv checked against their schemas; returns the overhead step's
-    result."""
+    """Kept step results and claims.csv checked against their schemas; returns overhead's."""
     overhead = None
     for name, data in contents.items():
         where = f"{label}'s {name}"
@@ -149,8 +147,7 @@ def device_of(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
 
 
 def _write_all(files: dict[Path, bytes]) -> None:
-    """Every file or none: each written beside its name, then all renamed over (never through a
-    link)."""
+    """Every file or none: each written beside its name, then all renamed over (never a link)."""
     made, staged = [], {}
     try:
         for path, data in files.items():
@@ -177,8 +174,7 @@ def _write_all(files: dict[Path, bytes]) -> None:
 
 
 def _writable(root: Path, paths: list[Path]) -> None:
-    """Every folder on the way a folder, each path a regular file (or missing); a ValueError
-    otherwise."""
+    """Every folder on the way a folder, each path a regular file (or missing); else ValueError."""
     for path in paths:
         for above in reversed(path.relative_to(root).parents):
             folder = root / above
@@ -191,8 +187,7 @@ def _writable(root: Path, paths: list[Path]) -> None:
 
 
 def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[Path]:
-    """Keeps an archive's files under docs/gpu/ and profiles/, all or none, refusing dry runs,
-    foreign archives and another lease's files (unless ``force``)."""
+    """Keeps an archive's files, all or none; dry runs, foreign archives, other leases' refused."""
     label = str(archive)
     root = Path(root).resolve()
     with archive_members.open_archive(archive, label) as (tar, members):
@@ -227,13 +222,13 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
                                    f"{archive} is invalid: member {name!r}")
         # Every member read (the whole archive readable) before the first file is written.
         contents = {n: archive_members.read_member(tar, members[n], label) for n in targets}
-        for name in filter(TUNED.match, contents):  # schema breaks are refused as damage
+        for name in filter(TUNED.match, contents):
             tuned_kernels.from_bytes(contents[name], f"{archive}: {name}", device=machine)
     overhead = _check_kept(contents, label)
     record = lease_record(device, machine, summary, engine_of(runs, overhead),
                           [Path(n).stem for n in targets if PROFILE.match(n)
                            and n.endswith(".csv")])
-    record["sweeps"] = sweep_record.sweeps(run_records, locks)  # older leases lack it
+    record["sweeps"] = sweep_record.sweeps(run_records, locks)
     record = gpu_records.lease(record, f"{label}'s {LEASE}")
     prov = provenance.Provenance("measured GPU", machine=machine, lease=lease,
                                  commit=record["commit"],

@@ -30,8 +30,7 @@ class Context:
 
 
 def wait_or_stop(proc: subprocess.Popen, timeout: float | None, grace: float) -> int | None:
-    """Exit status, or None past ``timeout``: SIGTERM to the group (runs save results), SIGKILL
-    ``grace`` s later."""
+    """Exit status, or None past ``timeout``: SIGTERM to the group, SIGKILL ``grace`` s later."""
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -1,5 +1,4 @@
-"""A step's engine code: a hash of the source files its numbers depend on, the same from a working
-tree (no .git on a GPU machine) as from a commit."""
+"""A step's engine code: a hash of its sources, alike from a tree (no .git on a GPU) or a commit."""
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +36,7 @@ GROUP_PATHS: dict[str, tuple[str, ...]] = {
 
 
 def paths_of(name: str) -> tuple[str, ...]:
-    """Files and folders step ``name`` depends on; a group not listed depends on the engine (more
-    often due than too seldom)."""
+    """What step ``name`` depends on; an unlisted group: the engine (due too often, not seldom)."""
     group = name.split(".")[0]
     own = [f"sarathi_lab/measure/gpu/steps/{group}.py"]
     # the result's GpuRun; its overlays are in sarathi_lab/conf

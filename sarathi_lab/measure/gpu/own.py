@@ -1,5 +1,4 @@
-"""The suite on your own GPU (``--own``): every step at the paper's setting, no budget, into one
-folder under outputs/ (never docs/, which the provenance-checking writers own)."""
+"""The suite on your own GPU (``--own``): the paper's setting, no budget, under outputs/."""
 from __future__ import annotations
 
 import signal
@@ -13,8 +12,7 @@ from sarathi_lab.measure.gpu.progress import Progress
 
 ROOT = REPO_ROOT / "outputs" / "paper_gpu"
 DRY = "dry-run"
-# From a child interpreter: the driver never imports torch (a broken CUDA install must cost a step,
-# not the run).
+# From a child: the driver never imports torch (a broken CUDA costs a step, not the run).
 _PROBE = "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
 
 
@@ -27,8 +25,7 @@ def gpu_name() -> str:
 
 
 def device_folder(dry_run: bool) -> str:
-    """outputs/paper_gpu/'s folder: the chip or 'dry-run'; a ValueError without a GPU (every step
-    would fail)."""
+    """outputs/paper_gpu/'s folder: the chip or 'dry-run'; ValueError without a GPU."""
     if dry_run:
         return DRY
     name = gpu_name()

@@ -1,5 +1,4 @@
-"""The suite's steps in order with expected minutes (1.3x the longest measured, docs/gpu/); targets
-first, so a lease cut short still answers them."""
+"""The suite's steps with expected minutes; targets first, so a cut lease still answers them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from sarathi_lab.measure.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
 @dataclass(frozen=True)
 class Step:
     name: str  # <group>[.<arg>]: sarathi_lab.measure.gpu.steps.<group>.run(ctx, step) does the work
-    minutes: float  # interpreter and model builds included
+    minutes: float
     what: str  # --plan's line: what runs, at which shapes
     arg: str = ""
     overrides: tuple[str, ...] = ()  # paper sweeps: experiment=<scale>/<arg>[/<part>] overrides
@@ -24,13 +23,11 @@ class Step:
         return self.name.split(".")[0]
 
 
-# task=profile's longest context per model: as far as batch 18 fits an 80 GB card beside the
-# weights.
+# task=profile's longest context per model: as far as batch 18 fits an 80 GB card.
 PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 
 
-# Each profile's place among the paper results (GpuRun.order) and minutes: 13B right after the
-# targets, the others last.
+# Each profile's place among the paper results and minutes: 13B right after the targets.
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
 # Headline first; kernel correctness last (its own call).
 HEAD: tuple[Step, ...] = (
@@ -94,8 +91,7 @@ def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
 
 
 def build_steps(unscaled: bool = False) -> tuple[Step, ...]:
-    """HEAD, then the registered sweeps and profiles in order; ``unscaled``: at the paper's setting
-    where a GpuRun has one."""
+    """HEAD, then the registered sweeps and profiles in order; ``unscaled``: the paper's setting."""
     scale = "own" if unscaled else "gpu"
     runs = [(r, (r.gpu.unscaled or r.gpu) if unscaled else r.gpu) for r in registry.RESULTS
             if r.gpu is not None]
@@ -149,8 +145,7 @@ def select(spec: str | None, unscaled: bool = False) -> list[Step]:
 
 
 def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
-    """Each call starts every step, in order, that still fits; a step longer than the budget is in
-    none."""
+    """Each call starts every step that still fits, in order; one over the budget is in none."""
     calls, left = [], [s for s in steps if s.minutes <= budget_min]
     while left:
         call, room = [], budget_min

@@ -1,5 +1,4 @@
-"""Progress of an ``--own`` run from its out directory: a line per finished job or step, with the
-time elapsed and left (the plan's minutes left, scaled by this run's pace against the plan)."""
+"""An ``--own`` run's progress: a line per job or step, time elapsed and left at this pace."""
 from __future__ import annotations
 
 import time
@@ -13,8 +12,7 @@ from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.plan import Step
 from sarathi_lab.measure.gpu.steps.paper import job_overrides, sweep_dir
 
-# How often the driver reads the out directory while a worker runs (a capacity search can take
-# minutes a job).
+# How often the driver reads the out directory while a worker runs.
 POLL_S = 5.0
 QUIET_S = 600.0
 
@@ -33,7 +31,7 @@ def _job_key(overrides: list[str]) -> frozenset[str]:
 class StepJobs:
     """A pending step's jobs and how many were done when the run began."""
     step: Step
-    keys: frozenset[frozenset[str]]   # its sweep's jobs (empty: not a sweep, or a dry run: one job)
+    keys: frozenset[frozenset[str]]   # its sweep's jobs (empty: not a sweep, or a dry run)
     at_start: int = 0
 
     @property
@@ -87,8 +85,7 @@ class Progress:
         return min(jobs.total, len(found & jobs.keys))
 
     def estimate(self, now: float) -> tuple[float, float]:
-        """(fraction of this run's work done, seconds left); a step that ended not done leaves the
-        plan."""
+        """(share of this run's work done, seconds left); a step ended undone leaves the plan."""
         done_s = left_s = 0.0
         for jobs in self._jobs.values():
             result = self.settled(jobs.step.name)
@@ -104,16 +101,15 @@ class Progress:
         return (done_s / total if total else 1.0), left_s * rate
 
     def poll(self, now: float | None = None) -> list[str]:
-        """A line per job finished and step ended since the last poll, and one for a running step
-        silent past QUIET_S."""
+        """A line per job finished and step ended since the last poll, or a step silent for long."""
         now = time.time() if now is None else now
         results = {n: self.settled(n) for n in self._jobs}
         counts = {n: self.finished(j) for n, j in self._jobs.items()}
-        news: list[tuple[str, bool]] = []   # (what, whether a step ended)
+        news: list[tuple[str, bool]] = []
         for name, jobs in self._jobs.items():
             before_status, before_count = self._last.get(name, (None, jobs.at_start))
             status = results[name] and results[name].status
-            if jobs.keys:  # a sweep: a line a job
+            if jobs.keys:
                 news += [(f"{name}: {k} of {jobs.total} jobs finished", False)
                          for k in range(before_count + 1, counts[name] + 1)]
             if status and not before_status:

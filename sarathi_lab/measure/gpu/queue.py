@@ -1,5 +1,4 @@
-"""The GPU queue (``--next``): what is still due at the checkout's engine code, as calls, most
-valuable first, resuming from kept runs and an unfinished suite."""
+"""The GPU queue (``--next``): what is due at this engine code, as calls, most valuable first."""
 from __future__ import annotations
 
 import re
@@ -23,9 +22,9 @@ CAPS = {"attention": 1.5}
 
 @dataclass(frozen=True)
 class Call:
-    steps: tuple[str, ...]  # step names, or a prefix naming several (paper.scheduler_latency.seed0)
-    shows: str  # the metrics and their targets
-    predictions: str  # where its predictions were committed
+    steps: tuple[str, ...]  # step names, or a prefix naming several
+    shows: str
+    predictions: str
 
 
 QUEUE: tuple[Call, ...] = (
@@ -72,8 +71,7 @@ def matches(pattern: str, step: Step) -> bool:
 
 def ordered(steps: tuple[Step, ...] = STEPS,
             queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
-    """Each call with the steps it names (a name the suite lacks is skipped); then REST with the
-    others."""
+    """Each call with the steps it names (names the suite lacks skipped); then REST with others."""
     placed, calls = set(), []
     for call in queue:
         chosen = [s for pattern in call.steps for s in steps if matches(pattern, s)
@@ -85,15 +83,15 @@ def ordered(steps: tuple[Step, ...] = STEPS,
 
 @dataclass(frozen=True)
 class Record:
-    """One earlier result of a step: where it ran, how long it took, at which engine code."""
+    """One earlier result of a step: where, how long, at which engine code."""
     step: str
     status: str
     seconds: float
     started_at: float
     commit: str
-    code: str  # its engine_code hash, recorded or from its commit; "" where unknown
-    device: str          # h100, h200 (a kept run's folder), or where an out directory says it ran
-    run: str             # the kept run's folder name, or the out directory / archive read
+    code: str  # engine_code hash, recorded or from its commit; "" where unknown
+    device: str          # h100, h200, or where an out directory says it ran
+    run: str             # the kept run's folder, or the out directory / archive read
     jobs_done: int = 0  # a stopped paper sweep's finished jobs
     jobs_total: int = 0  # and all its jobs (0: not a stopped sweep)
 
@@ -115,8 +113,7 @@ FINISHED_JOB = re.compile(r"paper/([^/]+)/multiruns/gpu/[^/]+/metrics\.json")
 
 
 def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
-    """Each stopped paper sweep's record with its finished jobs among ``files`` and its jobs in all.
-    """
+    """Each stopped paper sweep's record: its finished jobs among ``files`` and its jobs in all."""
     done = Counter(m[1] for f in files if (m := FINISHED_JOB.fullmatch(f)))
     out = []
     for r in records:
@@ -129,8 +126,7 @@ def with_jobs(records: list[Record], files: list[str]) -> list[Record]:
 
 
 def suite_in_progress(source: Path) -> list[Record]:
-    """An unfinished suite's results from its out directory or archive; a damaged one warns and
-    gives none."""
+    """An unfinished suite's results from its out directory or archive; a damaged one warns."""
     if source.is_dir():
         files = [str(p.relative_to(source))
                  for p in source.glob("paper/*/multiruns/gpu/*/metrics.json")]
@@ -154,8 +150,7 @@ def suite_in_progress(source: Path) -> list[Record]:
 
 def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],
                     now: str) -> tuple[float, str] | None:
-    """A stopped sweep's next call at its last pace (jobs left, or all where it starts over); None
-    where uncounted."""
+    """A stopped sweep's next call at its last pace; None where uncounted."""
     counted = [r for r in records if r.jobs_total > r.jobs_done > 0]
     if not counted:
         return None
@@ -181,9 +176,7 @@ class Planned:
 
 def plan_steps(records: list[Record], current: Callable[[str], str] = engine_code.step_hash,
                at_commit: Callable[[str, str], str | None] | None = None) -> dict[str, Planned]:
-    """Each step's minutes, and whether it is due at ``current(step)``'s code. ``at_commit``: a
-    record's code from its commit."""
-    # git is asked once per step and commit.
+    """Each step's minutes, and whether it is due at ``current(step)``'s code."""
     at_commit = cache(at_commit or (
         lambda name, commit: engine_code.commit_hash(engine_code.paths_of(name), commit)))
     planned = {}
@@ -195,7 +188,6 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
 
         done = [r for r in mine if r.status == "done" and at_code(r) == now]
         timed = [r for r in mine if r.status in ("done", "incomplete") and r.seconds > 0]
-        # each device's last
         newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}
         minutes, source = step.minutes, "planned"
         if stopped := stopped_minutes(timed, at_code, now):
@@ -206,8 +198,7 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
             measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
             stopped = " (stopped before it ended)" if longest.status != "done" else ""
             where = f"{longest.device} {longest.run}{stopped}"
-            # Never below the plan: an older engine's step may run more now (seeds, shapes added)
-            # and a stopped one took longer than it ran.
+            # Never below the plan: an older step may run more now; a stopped one took longer.
             if measured >= step.minutes:
                 minutes, source = measured, f"measured {where}"
             else:
@@ -220,8 +211,7 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
 
 def pack(groups: list[list[Planned]],
          budget_min: float) -> tuple[list[list[Planned]], list[Planned]]:
-    """Calls for each group in order, each taking steps while they fit, never skipping ahead; also
-    the steps longer than a whole budget."""
+    """Calls per group in order, taking steps while they fit; also steps longer than a budget."""
     calls, too_long = [], []
     for group in groups:
         call, room = [], budget_min

@@ -1,5 +1,4 @@
-"""The suite's figures and claims from the finished steps; what the runs cannot give yet is a note,
-not an error."""
+"""The suite's figures and claims from the finished steps; what runs cannot give yet is a note."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -90,8 +89,7 @@ def attention_figure(out: Path) -> bool:
 
 
 def kernel_breakdown_figure(out: Path) -> bool:
-    """Per iteration kind: kernels' ms stacked by group, the forward's idle GPU time and the host's
-    time."""
+    """Per iteration kind: kernels' ms stacked by group, the forward's idle GPU time, the host's."""
     from sarathi_lab.measure.gpu.steps.launch import KERNELS
     from sarathi_lab.measure.profiling.kernel_breakdown import GROUPS
 
@@ -151,8 +149,7 @@ def overhead_figure(out: Path) -> bool:
 
 
 def paper_report(out: Path, dry_run: bool = False) -> list[str]:
-    """Each experiment's figure and the claims from <out>/paper. A dry run keeps runs that waited
-    for a CPU: it checks every figure and claim can be made."""
+    """Each experiment's figure and claims from <out>/paper; a dry run keeps runs that waited."""
     from sarathi_lab.analysis import claims, registry
     from sarathi_lab.analysis.runs import Results
 

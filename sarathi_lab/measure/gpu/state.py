@@ -1,5 +1,4 @@
-"""The suite's out directory (steps/<step>/ with result.json, DONE and its files) and its export
-into ``$OUT``."""
+"""The suite's out directory (steps/<step>/: result.json, DONE, files) and its export to $OUT."""
 from __future__ import annotations
 
 import csv
@@ -37,8 +36,7 @@ def is_done(out: Path, name: str) -> bool:
 
 
 def read_result(out: Path, name: str) -> StepResult | None:
-    """The step's result.json; None where missing or (with a warning) not what the suite writes: the
-    step is due again."""
+    """The step's result.json; None where missing or (warned) not the suite's: due again."""
     path = step_dir(out, name) / "result.json"
     if not path.exists():
         return None
@@ -85,8 +83,7 @@ def write_result(out: Path, result: StepResult) -> None:
 
 
 def restore(out: Path, archive: Path) -> int:
-    """Files of an archive that ``out`` lacks, never overwriting; returns how many. Refuses an
-    archive the suite could not have written before writing anything."""
+    """An archive's files ``out`` lacks, never overwriting; a foreign archive refused first."""
     label = f"--restore={archive}"
     with archive_members.open_archive(archive, label) as (tar, members):
         planned = [(member, archive_members.inside(out, name,
@@ -140,8 +137,7 @@ def write_summary(out: Path, names: list[str], suite: dict[str, Any]) -> None:
 
 
 def archive(out: Path, dest: Path) -> list[str]:
-    """The out directory as one tar.gz; past 16 MiB (a common limit on returned files) the largest
-    files are left out, never RESUME_FILES. Returns notes."""
+    """One tar.gz; past 16 MiB (a common return limit) the largest go, never RESUME_FILES."""
     # Built in ``out``, not in $OUT: a call killed mid-build would leave a ninth file there.
     tmp = out / f"{ARCHIVE}.tmp"
     # Regular files only: restore refuses an archive with a link.
@@ -193,7 +189,7 @@ def export(out: Path, dest: Path | None) -> list[str]:
                                     else 99, p.name))
     room = MAX_OUT_FILES - 1 - len(files)
     chosen = files + figures[:room]
-    # An earlier export may have chosen other figures: left there, they would pass the 8 files.
+    # An earlier export's other figures, left there, would pass the 8 files.
     for stale in set(dest.glob("*.png")) - {dest / p.name for p in chosen}:
         stale.unlink()
     for path in chosen:

@@ -1,5 +1,4 @@
-"""What a lease's paper sweeps ran (seeds, jobs finished of planned), kept in lease.json so a claim
-says what it stands on."""
+"""What a lease's paper sweeps ran, kept in lease.json so a claim says what it stands on."""
 from __future__ import annotations
 
 import re

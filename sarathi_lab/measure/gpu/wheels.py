@@ -77,8 +77,7 @@ def fetch(spec: str, dest: Path) -> Path:
 
 
 def installs_there(wheel_name: str) -> bool:
-    """Whether pip on the GPU machine takes this wheel (not one built for this interpreter and
-    linux_x86_64)."""
+    """Whether pip on the GPU machine takes this wheel (not one built for this interpreter)."""
     return not parse_wheel_filename(wheel_name)[3].isdisjoint(TARGET_TAGS)
 
 

@@ -1,5 +1,4 @@
-"""Runs the suite's steps in one process; after a step fails on a GPU it exits with RESTART (a CUDA
-error can poison the context)."""
+"""Runs the suite's steps; after a GPU step fails, exits RESTART (CUDA errors poison contexts)."""
 from __future__ import annotations
 
 import gc

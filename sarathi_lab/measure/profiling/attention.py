@@ -1,5 +1,4 @@
-"""Attention timed on its own: a paged batch built the engine's way, and one layer's attention for a
-prompt prefilled whole against in chunks (chunked prefill's KV re-read)."""
+"""Attention timed alone: a paged batch, and a prompt prefilled whole against in chunks."""
 from __future__ import annotations
 
 import statistics
@@ -19,8 +18,7 @@ LLAMA_HEADS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM = 32, 8, 128
 def paged_batch(query_lens: list[int], seq_lens: list[int], *, num_prefills: int, block_size: int,
                 device: str | torch.device = "cpu", block_tables: torch.Tensor | None = None,
                 ) -> tuple[AttentionMetadata, int]:
-    """Without ``block_tables`` the blocks are scattered at random, one left unreferenced so that a
-    kernel reading outside its tables is caught."""
+    """Without ``block_tables``, scattered blocks, one unreferenced: stray reads are caught."""
     if any(q != 1 for q in query_lens[num_prefills:]):
         raise ValueError(f"query_lens={query_lens}: a decode (after the first {num_prefills}) "
                          f"computes one token")
@@ -63,8 +61,8 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS,
                    num_kv_heads: int = LLAMA_KV_HEADS, head_dim: int = LLAMA_HEAD_DIM,
                    dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                    attention: str = "auto", block_size: int = 16, reps: int = 5) -> dict:
-    """Every call follows an L2 flush, as a real model's other layers would, and is timed by CUDA
-    events with the GPU kept ahead of the host: a 64-token chunk's kernel takes microseconds."""
+    """Every call after an L2 flush, as in a real model, timed by CUDA events with the GPU kept
+    ahead of the host: a small chunk's kernel takes microseconds."""
     device = torch.device(device)
     backend = make_backend(attention, device)
     blocks = blocks_for(seq_len, block_size)
@@ -82,8 +80,7 @@ def measure_reread(seq_len: int, chunk: int, *, num_heads: int = LLAMA_HEADS,
 
     whole_meta, whole_fn = step(0, seq_len)
     chunks = [step(s, min(s + chunk, seq_len)) for s in range(0, seq_len, chunk)]
-    # Every chunk beside the whole prompt in each round: a drift of the machine's speed falls on
-    # both.
+    # Every chunk beside the whole prompt in each round: a speed drift falls on both.
     calls = {"whole": whole_fn} | {f"chunk{i}": fn for i, (_, fn) in enumerate(chunks)}
     times = time_interleaved(calls, reps, device, warmup=1)
     whole_ms = statistics.median(times["whole"])

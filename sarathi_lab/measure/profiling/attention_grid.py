@@ -1,17 +1,15 @@
-"""The shapes at which the engine's attention is timed against its peers, their metric names, and
-the grid's time by arithmetic. Torch-free: the suite's plan reads it."""
+"""The attention grid's shapes, metric names and time by arithmetic; torch-free for the plan."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# SDPA on its flash backend (the default where there is none, as on the CPU), on cuDNN (FA3-class on
-# Hopper) where present, and FlexAttention with a block mask.
+# SDPA on its flash backend (the default, as on the CPU), on cuDNN (FA3-class on Hopper) where
+# present, and FlexAttention with a block mask.
 ENGINE, SDPA, CUDNN, FLEX = "engine", "sdpa_flash", "sdpa_cudnn", "flex"
 CONTENDERS = (ENGINE, SDPA, CUDNN, FLEX)
 KINDS = ("prefill", "chunk", "decode")
 
-# Estimates until a lease measures them (the step records flex_compile_s); the first compile also
-# starts Inductor's workers.
+# Estimates until a lease measures them; the first compile also starts Inductor's workers.
 FLEX_FIRST_COMPILE_S, FLEX_COMPILE_S, ENGINE_COMPILE_S, SHAPE_S, START_S = 20.0, 4.0, 2.0, 0.2, 10.0
 
 
@@ -36,7 +34,7 @@ class Case:
     @property
     def label(self) -> str:
         """``heads=40/40,c=256,prefix=3072``, ``heads=32/8,prefill=2048`` or
-        ``heads=40/40,b=18,ctx=1024``."""
+        ``heads=40/40,b=18,ctx=1024``. """
         heads = f"heads={self.heads}/{self.kv_heads}"
         if self.kind == "prefill":
             return f"{heads},prefill={self.query_len}"
@@ -54,9 +52,7 @@ class Case:
 
     @property
     def peers(self) -> tuple[str, ...]:
-        """FlexAttention only for a chunk over a cached prefix, the case it is built for: it
-        compiles once per shape, and the decodes' compiles do not fit the step
-        (Grid.flex_compiles)."""
+        """FlexAttention for chunks over a prefix only: it compiles per shape."""
         return (SDPA, CUDNN, FLEX) if self.kind == "chunk" and self.prefix > 0 else (SDPA, CUDNN)
 
 
@@ -70,7 +66,7 @@ class Grid:
     decode_batches: tuple[int, ...]
     decode_contexts: tuple[int, ...]
     dtype: str
-    reps: int                            # timed rounds, every contender once a round
+    reps: int
     warmup: int
 
     def cases(self) -> list[Case]:
@@ -89,15 +85,14 @@ class Grid:
         return sum(FLEX in case.peers for case in self.cases())
 
     def estimate_s(self) -> float:
-        """Compiles first (the engine's kernel specialises per GQA group and tiling), then a
-        fraction of a second a shape."""
+        """Compiles first (a kernel per GQA group and tiling), then under a second a shape."""
         return (START_S + flex_compile_s(self.flex_compiles)
                 + ENGINE_COMPILE_S * 2 * len(self.heads)
                 + SHAPE_S * len(self.cases()))
 
 
-# GPU: LLaMA-13B's heads (MHA) and Mistral-7B's (GQA 32/8) in bf16 at the paper's chunk sizes and
-# lengths; CPU (the dry run): the same kinds at shapes the Triton interpreter runs in seconds.
+# GPU: LLaMA-13B's heads (MHA) and Mistral-7B's (GQA 32/8) in bf16 at the paper's sizes; CPU (the
+# dry run): the same kinds at shapes the interpreter runs in seconds.
 GRIDS = {
     "cuda": Grid(heads=((40, 40), (32, 8)), head_dim=128, prefills=(512, 1024, 2048, 4096),
                  chunks=(64, 128, 256, 512), prefixes=(0, 1024, 3072), decode_batches=(1, 18, 64),
@@ -106,8 +101,7 @@ GRIDS = {
                 decode_batches=(1, 3), decode_contexts=(24,), dtype="float32", reps=2, warmup=1),
 }
 
-# The targets on a GPU. A chunk over a prefix shorter than CHUNK_FLOOR_PREFIX has a floor of
-# microseconds (the launch floor at prefix 0): shown, with no target.
+# A chunk over a prefix under CHUNK_FLOOR_PREFIX has a launch floor: shown, no target.
 PEER_TARGET = 1.2
 FLOOR_TARGET = {"chunk": 2.0, "decode": 1.2}
 CHUNK_FLOOR_PREFIX = 1024

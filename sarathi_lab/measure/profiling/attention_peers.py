@@ -1,8 +1,7 @@
-"""The engine's attention kernel timed beside peers on the same values, and beside its floor: SDPA
+"""The engine's attention kernel timed beside peers on the same values and beside its floor: SDPA
 (flash, cuDNN where present) and FlexAttention over contiguous keys and values. Each contender is
-first held to ``attention/reference.py`` in float32; one that disagrees or fails at a shape is not
-timed there. Calls run interleaved, each after an L2 flush, so the clock's and cache's drifts fall
-on every contender alike."""
+first held to ``attention/reference.py`` in float32 (one that disagrees or fails is not timed
+there); calls interleave, each after an L2 flush, so drifts fall on every contender alike."""
 from __future__ import annotations
 
 import statistics
@@ -32,11 +31,11 @@ TOLERANCE = COMPILED_TOLERANCE
 @dataclass
 class Inputs:
     query: torch.Tensor  # [tokens, heads, head_dim]: the engine's layout
-    k_cache: torch.Tensor        # [blocks, block_size, kv_heads, head_dim]
+    k_cache: torch.Tensor
     v_cache: torch.Tensor
     meta: AttentionMetadata
     q: torch.Tensor  # [batch, heads, query_len, head_dim]: the peers' layout
-    k: torch.Tensor              # [batch, kv_heads, context, head_dim]
+    k: torch.Tensor
     v: torch.Tensor
     scale: float
 
@@ -87,8 +86,7 @@ def cudnn_available(device: torch.device) -> bool:
 
 
 def sdpa_call(case: Case, x: Inputs, backend: SDPBackend | None) -> Callable[[], torch.Tensor]:
-    """Bottom-right causal for a chunk over a prefix: a boolean mask for cuDNN, as CausalBias would
-    hand the lower-right case to flash whatever the backend."""
+    """Bottom-right causal as a boolean mask for cuDNN: CausalBias would hand it to flash anyway."""
     gqa = case.heads != case.kv_heads
     mask = None
     if case.kind == "chunk" and case.prefix:
@@ -140,15 +138,14 @@ def rel_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
 def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
             warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
             seed: int = 0) -> dict:
-    """Each contender's median ms (None where it failed or disagreed, its error in
-    ``<name>_error``)."""
+    """Each contender's median ms (None where it failed or disagreed: ``<name>_error`` says why)."""
     x = make_inputs(case, dtype, device, block_size, seed)
     flash = device.type == "cuda"
     builders = {ENGINE: lambda: engine_call(x, planned=True),
                 SDPA: lambda: sdpa_call(case, x, SDPBackend.FLASH_ATTENTION if flash else None)}
     if cudnn_available(device):
         builders[CUDNN] = lambda: sdpa_call(case, x, SDPBackend.CUDNN_ATTENTION)
-    if flex is not None:  # a failure at one shape is that shape's
+    if flex is not None:
         builders[FLEX] = lambda: flex.call(case, x)
     peers = [p for p in case.peers if p in builders]
     row: dict = {"shape": case.label, "kind": case.kind, "heads": case.heads,
@@ -175,8 +172,7 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
 
 def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device,
                  reps: int, warmup: int, convert: dict[str, Callable] | None = None) -> None:
-    """Each contender's first call is timed (FlexAttention's compile) and checked against the
-    reference; the rest timed interleaved."""
+    """First calls timed (FlexAttention's compile) and checked; the rest timed interleaved."""
     ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta,
                               x.scale)
     tolerance, calls = TOLERANCE[x.query.dtype], {}
@@ -197,7 +193,7 @@ def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, dev
             row[f"{name}_error"] = f"{type(e).__name__}: {first}"[:300]
             continue
         row[f"{name}_rel_diff"] = diff = rel_diff(out, ref)
-        if not diff <= tolerance:  # NaN too
+        if not diff <= tolerance:
             row[f"{name}_error"] = (f"differs from the reference by {diff:.2e} "
                                     f"(tolerance {tolerance:.0e})")
             continue

@@ -1,8 +1,7 @@
 """The paged attention kernel's tile configs swept per work kind at the benchmark shapes, each timed
-interleaved with today's defaults and checked against them; the best correct one is kept (geometric
-mean of time over the default's). With those tiles, the split count is swept around the planner's
-and the split rule's knobs fitted to the times. On a CPU it dry-runs at tiny shapes in Triton's
-interpreter (its times say nothing)."""
+interleaved with today's defaults and checked against them; the best correct one is kept. With those
+tiles the split count is swept, and the split rule's knobs fitted to the times. On a CPU it dry-runs
+in Triton's interpreter (its times say nothing)."""
 from __future__ import annotations
 
 import json
@@ -34,12 +33,10 @@ DECODE_TILES = tuple(TileConfig(m, n, w, s) for m, n, w, s in
 TILES = {"prefill": PREFILL_TILES, "decode": DECODE_TILES}
 SPLIT_SCALES = (0.5, 1.0, 2.0)
 MAX_REL_DIFF = 2e-2
-# How short a split's walk may be, and what its fixed cost (query tile, partial merged) weighs in
-# key tiles.
+# How short a split's walk may be, and its fixed cost (query tile, merge) in key tiles.
 RULE_GRID = tuple(SplitRule(min_key_tiles=t, split_cost_tiles=c)
                   for t in (2, 4, 8) for c in (0.5, 1.0, 2.0))
-# Another rule replaces the default only if it loses this much less: within it, the difference is
-# noise.
+# Another rule replaces the default only if it loses this much less: within it is noise.
 FIT_MARGIN = 0.02
 
 
@@ -148,8 +145,7 @@ def _loss(times: dict[int, float], count: int) -> float:
 
 
 def fit_split_rule(rows: list[dict]) -> tuple[SplitRule, float]:
-    """The rule losing least against the fastest count timed at each shape, and the default's loss
-    over its own; the default unless a rule beats it by FIT_MARGIN."""
+    """The rule losing least to each shape's fastest count, unless short of FIT_MARGIN."""
     shapes_: dict[tuple[str, str], tuple[dict[int, float], dict[str, int]]] = {}
     for row in rows:
         if row.get("rule_splits") and math.isfinite(row.get("ms", math.nan)):

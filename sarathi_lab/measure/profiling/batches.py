@@ -1,6 +1,6 @@
 """Hand-built iterations placed in a live engine's KV cache by its own block manager, so a timed
 forward touches the cache as a served one would. ``layout``: allocated, served, scattered (worst) or
-contiguous (best); the last three claim every free block (``close()`` gives them back)."""
+contiguous (best); the last three claim every free block until ``close()``."""
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +50,7 @@ class SyntheticBatches:
         del self._runs[:run]
 
     def _request(self, total: int, computed: int, prompt: int) -> Sequence:
-        # The scheduler would refuse these: a position past the rotary table reads out of bounds (a
-        # device assert on a GPU, silent on the CPU).
+        # The scheduler refuses these: past the rotary table reads out of bounds (silent on CPU).
         if total > self.max_len:
             raise ValueError(f"a request of {total} tokens is invalid: the model allows at most "
                              f"{self.max_len} "

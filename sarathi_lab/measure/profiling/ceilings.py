@@ -1,5 +1,4 @@
-"""The running machine's ceilings: copy bandwidth and matmul rate (which the floors and the
-simulator's CPU roofline read), and a read-only kernel's bandwidth."""
+"""The running machine's ceilings: copy bandwidth, matmul rate, a read-only kernel's bandwidth."""
 from __future__ import annotations
 
 from dataclasses import dataclass

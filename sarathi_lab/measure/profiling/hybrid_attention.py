@@ -43,8 +43,8 @@ class HybridInputs:
     v_cache: torch.Tensor
     meta: AttentionMetadata
     chunk: Inputs
-    q_dec: torch.Tensor        # [decodes, heads, 1, head_dim]
-    k_dec: torch.Tensor        # [decodes, kv_heads, context, head_dim]
+    q_dec: torch.Tensor
+    k_dec: torch.Tensor
     v_dec: torch.Tensor
     scale: float
 

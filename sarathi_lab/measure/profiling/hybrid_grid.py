@@ -7,16 +7,15 @@ from dataclasses import dataclass
 
 from sarathi_lab.measure.profiling.attention_grid import FLEX, SDPA, flex_compile_s
 
-# pod: prefill and decode on separate programs of each SM, each claiming a lane of its SM;
-# pod_by_program: lane = program id, which tells what the claim is worth; pod_x1: one lane an SM,
-# the control that tells co-residence from the rest of the kernel; engine_*: paged_attention over
-# the whole batch, or the chunk then the decodes; the peers on contiguous K/V.
+# pod: prefill and decode on separate programs of each SM, each claiming a lane; pod_by_program:
+# lane = program id (what the claim is worth); pod_x1: one lane an SM, the control for co-residence;
+# engine_*: paged_attention over the whole batch, or the chunk then the decodes.
 POD, POD_BY_PROGRAM, POD_X1 = "pod", "pod_by_program", "pod_x1"
 ONE_LAUNCH, TWO_LAUNCHES = "engine_one_launch", "engine_two_launches"
 SEQUENTIAL = (ONE_LAUNCH, TWO_LAUNCHES)
 PEERS = (SDPA, FLEX)
 CONTENDERS = (POD, POD_BY_PROGRAM, POD_X1, *SEQUENTIAL, *PEERS)
-# The target, at every shape of the GPU grid.
+# The target, at every shape of the GPU grid.
 TARGET = 0.8
 
 # Estimates until a lease measures them (the step records each shape's first calls).
@@ -72,8 +71,7 @@ class HybridGrid:
                 + SHAPE_S * len(self.cases()))
 
 
-# GPU: LLaMA-13B's and Mistral-7B's heads, bf16, the batches; CPU (the dry run): shapes the
-# interpreter runs in seconds.
+# GPU: LLaMA-13B's and Mistral-7B's heads, bf16; CPU (dry run): interpreter-sized shapes.
 GRIDS = {
     "cuda": HybridGrid(heads=((40, 40), (32, 8)), head_dim=128, chunks=(256, 512), decodes=(16, 32),
                        contexts=(1024, 3072), dtype="bfloat16", reps=20, warmup=3),

@@ -1,7 +1,6 @@
-"""Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA;
-memory, caches, cores and clock stay the real machine's, and results say so. The environment carries
-the restriction, read when the libraries load, so it is set before the process starts
-(``python -m sarathi_lab.measure NAME --isa KIND``)."""
+"""Measuring as another x86 machine kind: this CPU with every library held to that kind's ISA
+(memory, caches, cores and clock stay the real machine's, and results say so). The libraries read
+the restriction from the environment when they load, so it is set before the process starts."""
 from __future__ import annotations
 
 import os

@@ -1,7 +1,6 @@
 """Where an iteration's GPU time goes as the engine runs it: the profiler's kernels of
-``executor.execute``, each grouped by its name and place in the layer, beside the forward's
-CUDA-event time and the wall time. A replay records no ``record_function`` ranges, so a GEMM's
-projection comes from where it runs."""
+``executor.execute``, grouped by name and place in the layer (a replay records no
+``record_function`` ranges), beside the forward's CUDA-event time and the wall time."""
 from __future__ import annotations
 
 import statistics
@@ -21,8 +20,7 @@ GROUPS = (*(f"gemm.{p}" for p in PROJECTIONS), "attention.chunk", "attention.dec
           "other")
 LAYER_GROUPS = GROUPS[:10]
 # A kernel's lower-cased name to what it computes, the first substring that matches (SDPA's before
-# the GEMMs: flash's names carry "cutlass"). Nothing matched: other (gathers, the replay's fills and
-# copies).
+# the GEMMs: flash's names carry "cutlass"); else other.
 KINDS = (
     ("_add_rms_norm_kernel", "norm"), ("_rope_write_kv_kernel", "rope_kv"),
     ("_rope_kernel", "rope_kv"), ("_write_kv_kernel", "rope_kv"),
@@ -52,8 +50,7 @@ class Kernel:
 
 def groups_of(names: list[str], layers: int, chunk: bool) -> list[str]:
     """Norm j of 2 * layers + 1 opens qkv (even j), gate_up (odd j) or the LM head (the last);
-    attention turns qkv into o, the activation gate_up into down. Where the norms do not count out,
-    every GEMM is ``gemm``."""
+    where the norms do not count out, every GEMM is ``gemm``."""
     kinds = [kind_of(n) for n in names]
     per = 2 * layers + 1
     norms = kinds.count("norm")
@@ -122,7 +119,7 @@ def profile_iteration(llm, chunk: int, decodes: int, context: int,
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with SyntheticBatches(llm, seed=0).made([(chunk, context - chunk)] if chunk else [], decodes,
                                             context) as batch:
-        executor.execute(batch)  # compiled and touched outside the profile
+        executor.execute(batch)
         sync()
         with profile(activities=activities) as prof:
             for _ in range(reps):

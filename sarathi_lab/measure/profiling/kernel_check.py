@@ -2,8 +2,7 @@
 a CUDA GPU, then timed beside the torch backend; the result is data (``KernelCheck``), which the GPU
 suite's kernels step reads from ``--json``, and the lines a person reads.
 
-The CPU tests run the same kernels in Triton's interpreter, which cannot see what only compiled code
-does (bf16 tl.dot, tf32, real tiling and memory traffic); this is the GPU half."""
+The GPU half of the CPU tests: Triton's interpreter cannot see bf16 tl.dot, tf32 or real tiling."""
 from __future__ import annotations
 
 import os
@@ -135,8 +134,7 @@ def check_pointwise(dtype) -> dict[str, bool]:
 
 
 def check_fused(dtype, qk, positions, cos, sin, q, k) -> dict[str, bool]:
-    """RoPE + KV write exactly as the two kernels' torch references; split-K GEMM and its SiLU * up
-    epilogue within the attention's tolerance, at widths the interpreter also runs in seconds."""
+    """RoPE + KV write exact to their references; split-K GEMM within attention's tolerance."""
     tokens = qk.shape[0]
     qkv = torch.cat([qk.flatten(1), torch.randn(tokens, 40 * 128, device=DEV).to(dtype)], 1)
     slots = torch.randperm(64 * 16, device=DEV)[:tokens]
@@ -244,7 +242,7 @@ def run_timings(record: KernelCheck, dtype) -> None:
     v_cache = torch.empty_like(k_cache)
     ms = do_bench(lambda: write_kv_cache(key, key, k_cache, v_cache, meta.slot_mapping),
                   return_mode="median")
-    gbps = 4 * key.numel() * key.element_size() / ms / 1e6  # K and V, each read and written
+    gbps = 4 * key.numel() * key.element_size() / ms / 1e6
     record.timings.append(Timing("kv write 4096 tokens", ms, None, gbps))
     print(f"  {'kv write 4096 tokens':34} triton {ms:8.3f} ms  {gbps:.0f} GB/s = "
           f"{gbps / copy_gbps:4.0%} of copy")

@@ -11,8 +11,7 @@ from sarathi_lab.measure.profiling.batches import SyntheticBatches
 
 
 def measure(llm, chunk: int, decodes: int, context: int, reps: int) -> dict[str, float]:
-    """Eager and engine ms (medians of ``reps`` interleaved rounds), the engine graph's tokens (0:
-    eager), and the outputs' largest relative difference."""
+    """Eager and engine ms (interleaved medians), graph tokens (0: eager), outputs' difference."""
     executor, clock = llm.engine.executor, llm.engine.clock
     runner = executor.runner
     batches = SyntheticBatches(llm, seed=0)

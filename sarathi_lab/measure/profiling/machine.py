@@ -32,8 +32,7 @@ def cpu_isa() -> str:
 
 
 def llc_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
-    """CPUs sold under one name differ in it, and a model whose weights fit decodes from cache when
-    timed back to back."""
+    """CPUs of one name differ in it; a model whose weights fit decodes from cache back to back."""
     units, sizes = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}, {}
     for index in cache_dir.glob("index*"):
         try:

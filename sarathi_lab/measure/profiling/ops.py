@@ -1,6 +1,6 @@
 """One forward's time, whole and split by operation as the paper's Fig. 3 and 7 split it, from
-forward hooks. The hooks synchronise the device and see no graph's replay, so the whole forward is
-timed bare as the engine runs it, and an eager pass's split scaled to add up to that."""
+forward hooks. The hooks synchronise and see no graph's replay, so the whole forward is timed bare
+and an eager pass's split scaled to add up to it."""
 from __future__ import annotations
 
 import statistics
@@ -63,15 +63,14 @@ def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
             handle.remove()
     total = statistics.median(totals)
     split = {op: statistics.median(x[op] for x in splits) for op in OPS}
-    # The hooks' cost (a sync at every boundary) and, under a CUDA graph, the launches the replay
-    # saves are spread over the ops in proportion, so that a stacked split is the measured time.
+    # The hooks' cost and, under a CUDA graph, the launches the replay saves are spread over the ops
+    # in proportion, so that a stacked split is the measured time.
     scale = total / sum(split.values())
     return {"total": total} | {op: t * scale for op, t in split.items()}
 
 
 def refuse_cut(llm, batch: ScheduledBatch) -> None:
-    """A batch run as two nano-batches has no honest split here: the hooks' device syncs serialise
-    its two streams, and an op's time beside the other stream's is not its share of the forward."""
+    """Nano-batches have no honest split here: the hooks' syncs serialise the two streams."""
     rule = llm.engine.executor.runner.overlap
     at = rule.cut(batch.num_tokens, batch.num_prefill_tokens, len(batch.decodes))
     if at is not None:

@@ -12,8 +12,7 @@ from sarathi_lab.engine.timer import make_clock, time_calls
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
 from sarathi_lab.model.runner import batch_tensors
 
-# The one definition every benchmark and the GPU suite judge: time outside the forward over the
-# whole.
+# The one definition every benchmark and the GPU suite judge: time outside the forward.
 TARGET = 0.05
 # With the forward they leave only the engine loop's bookkeeping untimed.
 HOST_PARTS = ("schedule", "prepare", "sample")
@@ -31,8 +30,7 @@ def serve(llm, prompts, new_tokens) -> pd.DataFrame:
 
 
 def prepare_split(llm, decodes: int, context: int, reps: int) -> dict[str, float]:
-    """Where an iteration's prepare time goes: whole and host arrays alone, each back to back and
-    right after a forward (host caches cold, as when serving)."""
+    """Where prepare time goes: whole and host arrays alone, right after a forward (caches cold)."""
     runner, executor = llm.engine.executor.runner, llm.engine.executor
     host = make_clock("wall", "cpu")  # no device synchronisation inside the timed calls
     batches = SyntheticBatches(llm, seed=0)

@@ -1,7 +1,6 @@
 """A hybrid iteration run whole and as two nano-batches on two streams (overlap=nano_batch), each
-from a CUDA graph of that very batch (no bucket padding either way), timed interleaved, outputs
-compared; and the nano-batched forward's kernels per stream, from the profiler's trace, with the
-time two streams ran kernels at once. The GPU suite's ``launch`` step runs it."""
+from a CUDA graph of that very batch, timed interleaved, outputs compared; and the nano-batched
+forward's kernels per stream with the time two streams ran kernels at once."""
 from __future__ import annotations
 
 import json
@@ -20,10 +19,8 @@ OVERLAP = OverlapRule("nano_batch")
 
 def measure_overlap(llm, chunk: int, decodes: int, context: int, reps: int,
                     rule: OverlapRule = OVERLAP) -> tuple[dict, list[dict]]:
-    """Milliseconds of the batch's forward whole and nano-batched (graphs of the batch on CUDA,
-    eager elsewhere), medians of ``reps`` interleaved rounds, the first nano-batch's tokens, the
-    outputs' largest relative difference and whether their greedy tokens agree; and the
-    nano-batched forward's kernels per stream, replayed and eager (none off CUDA)."""
+    """The forward's ms whole and nano-batched (interleaved medians), the outputs' largest
+    difference and greedy agreement; the nano-batched kernels per stream (none off CUDA)."""
     runner, clock = llm.engine.executor.runner, llm.engine.clock
     kept = runner.overlap
     batches = SyntheticBatches(llm, seed=0)
@@ -39,7 +36,7 @@ def measure_overlap(llm, chunk: int, decodes: int, context: int, reps: int,
         outs = {name: call().float().clone() for name, call in calls.items()}
         times = interleaved(calls, reps, clock)
         timeline = []
-        if runner.device.type == "cuda":  # the replay's, and the eager forward's (plain streams)
+        if runner.device.type == "cuda":
             eager = lambda: runner.forward(nano)
             for source, call in (("graph", calls["overlap"]), ("eager", eager)):
                 timeline += [{"source": source, **row} for row in _timeline(call)]
@@ -67,8 +64,7 @@ def _replayable(runner, prepared):
 
 
 def _timeline(call) -> list[dict]:
-    """The kernels of one ``call`` under torch.profiler, from its chrome trace (which names each
-    kernel's stream)."""
+    """The kernels of one ``call`` under torch.profiler, from its chrome trace (naming streams)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -83,8 +79,7 @@ def _timeline(call) -> list[dict]:
 
 
 def kernel_rows(events: list[dict]) -> list[dict]:
-    """A trace's kernels (cat ``kernel``), by start: stream, name, start and duration in us, the
-    start counted from the first kernel's."""
+    """A trace's kernels by start: stream, name, start (from the first's) and duration in us."""
     kernels = sorted((e for e in events if e.get("cat") == "kernel" and "dur" in e),
                      key=lambda e: e["ts"])
     first = kernels[0]["ts"] if kernels else 0.0
@@ -93,8 +88,7 @@ def kernel_rows(events: list[dict]) -> list[dict]:
 
 
 def concurrent_ms(rows: list[dict]) -> float:
-    """Milliseconds during which kernels of two or more streams ran at once (a sweep over the
-    intervals; kernels of one stream never overlap one another)."""
+    """Milliseconds during which kernels of two or more streams ran at once."""
     edges = sorted([(r["start_us"], 1, r["stream"]) for r in rows] +
                    [(r["start_us"] + r["dur_us"], -1, r["stream"]) for r in rows],
                    key=lambda e: (e[0], e[1]))
@@ -110,7 +104,7 @@ def concurrent_ms(rows: list[dict]) -> float:
 
 
 def streams_busy_ms(rows: list[dict]) -> dict[int, float]:
-    """Each stream's kernel time, in ms."""
+    """Per stream, in ms."""
     out: dict[int, float] = {}
     for r in rows:
         out[r["stream"]] = out.get(r["stream"], 0.0) + r["dur_us"] / 1e3

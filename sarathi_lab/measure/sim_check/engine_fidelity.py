@@ -44,8 +44,7 @@ def cost_models(device: str, config, dtype: str) -> dict[str, RooflineCostModel]
 
 
 def as_engine_times(cm: RooflineCostModel, ops: dict[str, float], tokens: int) -> dict[str, float]:
-    """Regrouped as the engine times them (measure/profiling/ops.py): ``ffn`` the MLP with its
-    activation, attention with rotary and the KV write, ``others`` the rest of the forward."""
+    """Regrouped as the engine times them (measure/profiling/ops.py)."""
     part = {kind: cm.shape.layers * s for kind, s in cm.pointwise_parts_s(tokens).items()}
     return {"qkv_proj": ops["qkv_proj"], "o_proj": ops["o_proj"],
             "ffn": ops["gate_up_proj"] + part["act"] + ops["down_proj"],
@@ -81,8 +80,7 @@ def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16
                    | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops,
                                                 tokens)[name]
                       for n, cm in cms.items()})
-    # The profile cost model on this very table shows what composing its ops costs; its warning past
-    # the largest chunk is silenced, every iteration being reported anyway.
+    # The profile model on this table shows what composing ops costs; its past-chunk warning off.
     its = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

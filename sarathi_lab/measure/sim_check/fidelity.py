@@ -23,7 +23,7 @@ from sarathi_lab.sim.sharding import Parallelism, shard
 
 OP_TOKENS = (1, 8, 32, 64, 128, 136, 256, 264, 512, 1024, 2048, 4096)
 DECODE_CONTEXT = 1089  # every measured batch size has a decode row here
-# kind -> (prefill chunks as (chunk, context once cached), decodes): shapes the measurements hold.
+# kind -> (chunks as (chunk, context cached), decodes): the measured shapes.
 ITERATIONS = {
     **{f"decode b={b}": ([], b) for b in (1, 4, 16, 32, 64, 128)},
     **{f"prefill {c}@{x}": ([(c, x)], 0) for c, x in ((112, 112), (288, 288), (512, 512),
@@ -105,8 +105,7 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS,
     for device in devices or [d for d, cal in calibrations.items() if cal is not None]:
         full, measured = calibrations.get(device), gpu_kernels.measured(device, tp)
         for model in [m for m in models or measured if m in measured]:
-            # Fitted without the model it predicts; attention kept from the full fit (one model
-            # measured it).
+            # Fitted without the model it predicts; attention from the full fit (one model).
             held = dataclasses.replace(fit(load_device(device), exclude=(model,)),
                                        **{f: getattr(full, f) for f in ATTENTION_FIELDS})
             pairs.append(compare(device, model, full, held, op_tokens, tp=tp))
@@ -156,8 +155,7 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
 
 
 def all_reduce(devices=None, tps=None) -> pd.DataFrame:
-    """Measured all-reduces beside the ring roofline, the measured table, and its hold-out (each
-    size interpolated from its neighbours)."""
+    """Measured all-reduces beside the ring roofline, the measured table, and its hold-out."""
     par = Parallelism()
     t = measured_table()
     rows = []

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 LEASES_DIR = REPO_ROOT / "docs" / "gpu"
 GEMM_TABLE = Path("steps") / "tune" / "tune_gemm.csv"
 ATTENTION_TABLE = Path("steps") / "attention" / "attention.csv"
-# The engine's own GEMM in a lease: what the graphs replay (the engine keeps cuBLAS wherever Triton
-# did not win).
+# The engine's own GEMM in a lease (cuBLAS wherever Triton did not win): what graphs replay.
 GEMM_CANDIDATE = "cublas"
 KERNEL_COLUMNS = ("model", "op", "tokens", "context", "batch", "seconds")
 
@@ -36,8 +35,7 @@ def _model_of_heads(models: list[str]) -> dict[tuple[int, int], str]:
 
 
 def lease_kernels(lease: Path) -> pd.DataFrame:
-    """One layer on one GPU, seconds: each projection's median cuBLAS time per token count, and the
-    engine's attention per batch."""
+    """One layer on one GPU, seconds: cuBLAS projections by tokens, engine attention by batch."""
     import pandas as pd
 
     gemm = pd.read_csv(lease / GEMM_TABLE)

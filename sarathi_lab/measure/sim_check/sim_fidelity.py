@@ -178,8 +178,7 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
 
 
 def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
-    """The launch step's forwards, eager and replayed from a CUDA graph, against each cost model: a
-    replay is the forward's GPU work without the host's launches."""
+    """Launch-step forwards, eager and replayed, against each model (a replay: GPU work alone)."""
     from sarathi_lab.analysis.launch_grid import SHAPES, label
     from sarathi_lab.measure.sim_check.engine_fidelity import cost_models
     from sarathi_lab.model import load_config
@@ -207,8 +206,7 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
             prefills, contexts = [(chunk, chunk)] if chunk else [], [context] * decodes
             row |= {f"{n}_ms": cm.iteration_cost(prefills, contexts).forward_s * 1e3
                     for n, cm in cms.items()}
-            # The profile cost model predicts the eager forward it was measured on; the others,
-            # tight kernels.
+            # The profile model predicts the eager forward it measured; others tight kernels.
             rows.append(row | {f"{n}_over_eager" if n == "profile" else f"{n}_over_graph":
                                row[f"{n}_ms"] / row["eager_ms" if n == "profile"
                                                     else "graph_ms"] for n in cms})
@@ -290,7 +288,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
     fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its "
                  f"launches count), "
                  "against the cost models that exist there", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     fig.savefig(path, dpi=90)
     return fig
 

@@ -30,8 +30,8 @@ FILES = ("pipeline_bubbles.csv", "pipeline_summary.csv", "pipeline_bubbles.png")
 
 def zipf_lengths(n: int, low: int, high: int, theta: float, pd_ratio: float,
                  seed: int) -> list[tuple[int, int]]:
-    """Total lengths in [low, high] with P(length of rank k) ~ 1 / k^theta (rank 1 the shortest,
-    as the harness's zipf workload and vidur draw them), split into prompt and decode at P:D."""
+    """Total lengths in [low, high] with P(length of rank k) ~ 1 / k^theta (as the harness's zipf
+    workload and vidur draw them), split into prompt and decode at P:D."""
     rng = np.random.default_rng(seed)
     choices = np.arange(low, high + 1)
     weights = 1.0 / np.arange(1, len(choices) + 1) ** theta
@@ -41,8 +41,8 @@ def zipf_lengths(n: int, low: int, high: int, theta: float, pd_ratio: float,
 
 
 def gpu_scheduler(name: str, cost: StageCostModel, max_batch_size: int = 32, chunk_size: int = 256):
-    """``name`` over the cache one GPU of a stage holds: every GPU holds its layers' and heads'
-    cache of every request in flight, so the shard's capacity is the pipeline's."""
+    """``name`` over the cache one GPU of a stage holds (its layers' and heads' of every request in
+    flight): the shard's capacity is the pipeline's."""
     tokens = kv_capacity_tokens(cost.roofline.device, cost.shard, cost.roofline.elem_bytes,
                                 chunk_size + max_batch_size)
     blocks = BlockManager(tokens // EngineConfig.block_size, EngineConfig.block_size, KV_WATERMARK)
@@ -53,7 +53,7 @@ def gpu_scheduler(name: str, cost: StageCostModel, max_batch_size: int = 32, chu
 def fig12(num_requests: int = 10_000, seed: int = 0,
           progress=print) -> tuple[pd.DataFrame, dict[str, PipelineRun]]:
     """Orca-style hybrid batching against SARATHI on GPT-3, TP8 x PP8 A100s: (summary, runs)."""
-    from transformers import AutoConfig  # GPT-3's config directory
+    from transformers import AutoConfig
 
     lengths = zipf_lengths(num_requests, 1024, 4096, 0.4, 10.0, seed)
     cost = StageCostModel(load_device("a100", "float16"), AutoConfig.from_pretrained(GPT3),

@@ -32,7 +32,7 @@ from sarathi_lab.sim.profiles import profile_description, profile_path
 # Fields that say what was batched, not how long it took.
 COMPOSITION = ("num_prefill_tokens", "num_decode_tokens", "num_prefill_requests",
                "num_decode_requests", "kv_tokens_read", "num_preempted")
-BLOCK_SIZE = EngineConfig.block_size  # both engines keep the default
+BLOCK_SIZE = EngineConfig.block_size
 # The tiny model's profile for the smoke runs: every shape they batch.
 SMOKE_PROFILE = {"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1,
                  "token_step": 16}
@@ -52,8 +52,8 @@ class Case:
     scheduler: str
     chunk: int
     batch: int
-    lengths: tuple[tuple[int, int], ...]            # (prompt, decode) per request
-    arrivals: tuple[float, ...] | None = None       # None: all at once
+    lengths: tuple[tuple[int, int], ...]
+    arrivals: tuple[float, ...] | None = None
     repeat_real: bool = False                       # run the real engine twice: its own spread
 
     @property
@@ -89,8 +89,7 @@ def cases(smoke: bool = False) -> list[Case]:
 
 def profile(model: str, max_tokens: int, chunk: int, batch: int, seq_len: int, reps: int = 2,
             token_step: int = 160, clock: Clock | None = None) -> Path:
-    """``task=profile``'s own code on this CPU, into ``profiles/cpu/<model>.csv`` (or
-    ``$SARATHI_PROFILES_DIR``)."""
+    """``task=profile``'s own code on this CPU, into ``profiles/cpu/<model>.csv``."""
     from sarathi_lab import LLM
     from sarathi_lab.measure.tasks import profile as task
 
@@ -134,7 +133,7 @@ def run_case(case: Case, model: str, clock: Clock | None = None, **engine) -> Ru
 
 def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5):
     """How much slower than while profiled the host runs now (1.1: 10%), from the profile's drift
-    reference: the simulator cannot know the host moved. NaN without a reference."""
+    reference: the simulator cannot know the host moved. NaN without one."""
     drift = profile_description(path).get("drift")
     if not drift:
         return lambda: math.nan
@@ -185,7 +184,7 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
            "arrival": "all_at_once" if case.arrivals is None else "poisson",
            "iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
     row |= batch_errors(real, sim)
-    # A repeat under Poisson arrivals may batch differently: then there is no per-iteration spread.
+    # A Poisson repeat may batch differently: then no per-iteration spread.
     row["real_iter_median_abs_rel_spread"] = float("nan")
     if again is not None and len(again.iterations) == len(real.iterations):
         spread = again.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1

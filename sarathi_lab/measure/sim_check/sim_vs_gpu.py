@@ -52,7 +52,7 @@ from sarathi_lab.sim.profiles import profile_path
 COST_MODELS = SIM_COST_MODELS
 SERVE = "serve"
 LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
-# Keys of the measured run's command line its simulated rebuild sets itself (or must not inherit).
+# Command-line keys a simulated rebuild sets itself (or must not inherit).
 _NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logger", "on_existing"}
 # Keys a recorded run may hold under their old name: rebuilt under today's.
 _MOVED = {"measure.chunk_align": "scheduler.chunk_align"}
@@ -167,10 +167,10 @@ def _measured(run_dir: Path, sim_dir: Path, task: str) -> tuple[dict, pd.DataFra
 
 
 class Comparison(NamedTuple):
-    table: pd.DataFrame  # one row per compared run and cost model
+    table: pd.DataFrame
     # every compared iteration (or task quantity), measured and simulated seconds
     points: pd.DataFrame
-    unavailable: pd.DataFrame  # per run kind and cost model that could not run: how many runs, why
+    unavailable: pd.DataFrame
 
 
 def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
@@ -181,7 +181,6 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
     refused = refusals(compared, device, cost_models)
     for run_dir in compared:
         record = read_record(run_dir / METRICS)
-        # its sweep's experiment
         config, kind = record["config"], run_dir.relative_to(runs).parts[0]
         env = record["environment"]
         ident = {"run_kind": kind, "task": config.get("task"), "job": run_dir.name,
@@ -214,8 +213,8 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
 
 
 def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """pd_ratio's gain per point, measured beside each cost model's, and their claims rows. Runs
-    flagged timing-unreliable are kept: the simulation rebuilt every run."""
+    """pd_ratio's gain per point, measured beside each cost model's, and their claims rows (runs
+    flagged timing-unreliable kept: the simulation rebuilt every run)."""
     keys = [*derive.WORKLOAD_KEYS, "chunk"]
     measured = Results(runs, include_unreliable=True)
     def gain(results, name):
@@ -284,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
         provenance.check_or_refuse(parser, dict.fromkeys((out / n for n in OUTPUTS), prov),
                                    args.force, "--force replaces them; --out DIR writes elsewhere")
     out.mkdir(parents=True, exist_ok=True)
-    if args.smoke:  # never the committed profiles
+    if args.smoke:
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
         profile("tiny", **SMOKE_PROFILE)
         _smoke_runs(runs)

@@ -32,8 +32,7 @@ def _stats(group: pd.DataFrame) -> dict:
 
 
 def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.DataFrame:
-    """Iteration kinds first, then the tasks' other quantities, plus ``ALL_RUNS``; a cost model that
-    could not run is one row saying why."""
+    """Iteration kinds, then the tasks' quantities, plus ``ALL_RUNS``; a failed model says why."""
     rows = []
     if len(points):
         order = {k: i for i, k in enumerate((*ITERATION_KINDS, *OTHER_KINDS))}

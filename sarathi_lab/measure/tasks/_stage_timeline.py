@@ -29,8 +29,7 @@ def estimated_timeline(iterations: list[IterationRecord], layers: list[int]) -> 
 
 def engine_timeline(llm, num_micro_batches: int,
                     first: int | None = None) -> tuple[pd.DataFrame, bool]:
-    """(spans numbered from 0, estimated?). ``first``: the run's first micro-batch's number on the
-    executor; None: the last ``num_micro_batches`` (the warm-up's came before)."""
+    """(spans from 0, estimated?); ``first``: the first micro-batch's number (None: the last N)."""
     executor = llm.engine.executor
     if hasattr(executor, "stage_timeline"):
         timeline = executor.stage_timeline()

@@ -27,9 +27,9 @@ from sarathi_lab.sim.profile_model import ProfileCostModel
 from sarathi_lab.sim.profiles import own_profile_path
 from sarathi_lab.sim.stage_profile import LOOPBACK, ProfileStages
 
-TAKES_CONTEXT = True  # it serves the run's own workload (TaskContext.workload)
+TAKES_CONTEXT = True
 LINK_SIZES_REPORTED = (8, 65536, 1048576)   # bytes: a header, 64 KiB, 1 MiB
-HANDOFF_SEED = 1000   # added to the run's seed, so the handoff's requests are never the run's own
+HANDOFF_SEED = 1000   # added to the run's seed: the handoff's requests are never the run's own
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +56,20 @@ def check(cfg, context: int) -> None:
 def _pin(pid: int, cores: set[int]) -> None:
     """Every thread of ``pid`` on ``cores``: threads started later inherit their parent's."""
     for tid in (int(t) for t in os.listdir(f"/proc/{pid}/task")):
-        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+        with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(tid, cores)
 
 
 @contextlib.contextmanager
 def pinned_ranks(llm):
     """Each rank on a core of its own, so a stage idles only when the pipeline leaves it idle; the
-    driver's cores come back after (a sweep's next job runs here). Yields the cores by rank."""
+    driver's cores come back after. Yields the cores by rank."""
     mine = os.sched_getaffinity(0)
     cores = sorted(mine)
     group = getattr(llm.engine.executor, "group", None)
     pids = [os.getpid(), *(p.pid for p in (getattr(group, "processes", None) or []))]
     if len(pids) < llm.config.world_size:
-        # Under torchrun the other ranks are not this process's children: nothing to pin from here.
+        # Under torchrun the other ranks are not this process's children: nothing to pin.
         log.warning("measure.pin_stages: %d of %d ranks are this process's own; "
                     "the others stay unpinned", len(pids), llm.config.world_size)
     for pid, core in zip(pids, cores):
@@ -104,8 +104,7 @@ def _quantiles(prefix: str, bubbles: np.ndarray) -> dict[str, float]:
 
 
 def measure_handoff(cfg, llm) -> Handoff | None:
-    """Other requests through the same pipeline, pinned as now, price the handoff between stages
-    (None where the executor records no timeline)."""
+    """Other requests through the pipeline, pinned as now, price the handoff (None: no timeline)."""
     n = cfg.measure.handoff_requests
     work = build_workload(dataclasses.replace(cfg.workload, num_requests=n), cfg.seq_len,
                           cfg.pd_ratio, cfg.seed + HANDOFF_SEED, llm.model_config.vocab_size)
@@ -124,8 +123,8 @@ def measure_handoff(cfg, llm) -> Handoff | None:
 def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
              max_in_flight: int | None = None, profile: Path | None = None,
              cores: list[int] | None = None, handoff: Handoff | None = None):
-    """The same run on the simulated pipeline, priced by this device's profile and a link measured
-    now (on ``cores``): (result, cost model's description, link), or (None, why, None)."""
+    """The run on the simulated pipeline, priced by this device's profile and a link measured now:
+    (result, its cost model, link), or (None, why, None)."""
     cfg = llm.config
     path = profile or own_profile_path(_device(llm)[0], cfg.model)
     if not Path(path).is_file():
@@ -136,7 +135,7 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
     item = llm.dtype.itemsize
     try:
         measured = link.measure(cores[:2] if cores and len(cores) >= 2 else None)
-    except RuntimeError as e:  # the measurement stands; its prediction says what it assumed
+    except RuntimeError as e:
         log.warning("task=pipeline_bubbles: %s; its prediction assumes %s", e, LOOPBACK.describe())
         measured = LOOPBACK
     mc = llm.model_config
@@ -211,7 +210,7 @@ def run(cfg, llm, context: TaskContext) -> tuple[dict[str, float], dict[str, pd.
                   "timeline_estimated": float(estimated), "num_pinned_ranks": len(cores),
                   "sim_handoff_micro_batches": handoff.micro_batches if handoff else 0})
     summary |= {f"stage{s}_busy_s": float(b) for s, b in enumerate(busy)}
-    summary |= _host_p50_s(timeline) | {   # the link the prediction priced its messages by
+    summary |= _host_p50_s(timeline) | {
         f"sim_message_{size}b_s": measured_link.message_s(size) if measured_link else float("nan")
         for size in LINK_SIZES_REPORTED}
     table = pd.DataFrame({"request": range(len(order)), "prompt_tokens": [p for p, _ in lengths],

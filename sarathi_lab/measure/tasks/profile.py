@@ -130,8 +130,7 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     batches = SyntheticBatches(llm, seed=cfg.seed)
     rows: list[tuple] = []
     started = time.perf_counter()
-    # One forward timed first, after each part and last: how far the machine's speed moved, which
-    # no interpolation takes out; the points between tell warm-up from a trend or from noise.
+    # A forward timed first, after each part and last: how far the machine's speed moved.
     reference = {"decodes": g["batches"][-1], "context": g["contexts"][len(g["contexts"]) // 2]}
     series: list[float] = []
 
@@ -196,8 +195,7 @@ def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
 
 
 def _self_check(table: pd.DataFrame, llm) -> dict[str, float]:
-    """The interpolated op sums against bare forwards at the same points: the composition's
-    error alone."""
+    """Interpolated op sums against bare forwards at the same points: the composition's error."""
     model = ProfileCostModel(table, llm.model_config, _torch_dtype(llm))
     errors = [model.iteration_cost(prefills, decodes).forward_s / seconds - 1
               for _, prefills, decodes, seconds in measured_iterations(table)]
@@ -223,8 +221,7 @@ def _identity(machine: dict) -> tuple:
 
 
 def _check_replace(cfg, llm) -> None:
-    """Another machine's table is replaced only when asked: remeasuring this machine's own is the
-    usual loop, replacing another's is not."""
+    """Another machine's table is replaced only when asked; this machine's is remeasured freely."""
     device, gpu = _device(llm)
     path = own_profile_path(device, cfg.model.engine_model)
     if not path.is_file() or cfg.on_existing == "overwrite":

@@ -111,8 +111,7 @@ def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
 
 
 def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> RuntimeError:
-    """The group is dropped (the next engine starts new ranks); an interruption leaves the ranks
-    mid-collective, unable to take a STOP: they are ended at once."""
+    """The group is dropped; interrupted ranks are mid-collective and cannot take a STOP: ended."""
     interrupted = not isinstance(error, Exception)
     failure = (RuntimeError(f"interrupted ({error!r})") if interrupted
                else group.failure(error, timeout_s))

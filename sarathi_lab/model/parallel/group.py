@@ -1,5 +1,5 @@
-"""The ranks and their process groups: ``control`` waits while the driver idles; each engine's
-groups wait at most collective_timeout_s, so a dead rank ends the run, never hangs it."""
+"""The ranks' process groups: ``control`` waits while the driver idles; an engine's groups at most
+collective_timeout_s, so a dead rank ends the run, never hangs it."""
 from __future__ import annotations
 
 import os
@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from sarathi_lab.host_features import usable_cores
 
-# The driver may idle between generate calls at will; one that dies closes its connections at once.
+# The driver may idle between generate calls; one that dies closes its connections at once.
 CONTROL_TIMEOUT = timedelta(days=7)
 # Starting (import torch, meet) takes longer than a step's collectives may wait.
 JOIN_TIMEOUT_S = 300.0
@@ -25,8 +25,7 @@ BUILD_TIMEOUT_S = 1800.0
 
 
 def bounded(work, timeout_s: float) -> None:
-    """Bound a control-group wait: that group's own timeout is the ranks' idle wait, and a gloo
-    send waits for its receiver."""
+    """Bound a control-group wait: its timeout is the ranks' idle wait, and a send waits."""
     if work.wait(timedelta(seconds=timeout_s)) is False:
         raise TimeoutError(f"no rank answered within {timeout_s:g} s")
 
@@ -106,7 +105,7 @@ def engine_groups(group: RankGroup, device_type: str, timeout_s: float, tp: int)
     backend = "nccl" if device_type == "cuda" else "gloo"
     p2p = dist.new_group(backend="nccl", timeout=timeout) if device_type == "cuda" else wire
     step = None
-    for first in range(0, group.size, tp):  # every stage's group, by every rank, in one order
+    for first in range(0, group.size, tp):
         ranks = list(range(first, first + tp))
         made = dist.new_group(ranks, backend=backend, timeout=timeout)
         if group.rank in ranks:

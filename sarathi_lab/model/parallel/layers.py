@@ -1,5 +1,4 @@
-"""Where tensor-parallel ranks join results: partial sums after o_proj and down_proj, and the
-vocabulary-parallel LM head's logits, gathered."""
+"""Where tensor-parallel ranks join: o_proj's and down_proj's partial sums, the LM head's logits."""
 from __future__ import annotations
 
 import torch

@@ -21,8 +21,7 @@ class StageRun(NamedTuple):
 @torch.inference_mode()
 def stage_forward(runner: ModelRunner, stage: Stage, prepared: PreparedBatch, rank: int, tp: int,
                   p2p) -> StageRun:
-    """Activations go to ``rank + tp`` without waiting for it to take them: it may still run the
-    previous micro-batch while this stage could start the next."""
+    """Activations sent to ``rank + tp`` unawaited: it may still run the last micro-batch."""
     lm = runner.model
     tokens = prepared.input_ids.shape[0]
     if stage.is_first:

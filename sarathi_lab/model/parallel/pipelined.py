@@ -1,6 +1,6 @@
-"""Rank 0 of a pipeline engine: submits each micro-batch without waiting for those before it, and
-collects logits from the last stage in submission order. Every wait is bounded by
-collective_timeout_s; any failure gives the ranks up with an error naming them."""
+"""Rank 0 of a pipeline engine: submits each micro-batch without waiting for those before it and
+collects logits from the last stage in order. Every wait is bounded by collective_timeout_s; a
+failure gives the ranks up with an error naming them."""
 from __future__ import annotations
 
 from collections import deque
@@ -68,8 +68,8 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
             lm = runner.model
             logits = torch.empty(header[LOGITS], lm.config.vocab_size,
                                  dtype=lm.embed_tokens.weight.dtype, device=runner.device)
-            # Posted after stage 0's activations: NCCL queues a pair's sends and receives in order;
-            # with two stages, a receive queued first would wait for logits needing them.
+            # Posted after stage 0's activations: NCCL queues a pair's sends and receives in order,
+            # and with two stages a receive queued first would wait for logits needing them.
             received = dist.irecv(logits, src=chain.logits_sender, group=self.part.p2p)
         except BaseException as e:
             # Stopped halfway, the ranks would take the next micro-batch's bytes for these.

@@ -1,5 +1,4 @@
-"""The ranks a driver spawns on its machine, joined once each is ready; driver and ranks watch
-each other, so no death on either side leaves the other waiting."""
+"""The ranks a driver spawns, joined once ready; each side watches the other's death."""
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +34,7 @@ def start(size: int, port: int) -> list:
 
 @contextlib.contextmanager
 def _without_main_script() -> Iterator[None]:
-    """multiprocessing re-runs ``__main__`` in each child: a script on stdin can't be re-read, and
-    one without the ``__main__`` guard spawns again, so every rank died as it started."""
+    """Children re-run ``__main__``: stdin cannot be re-read, an unguarded script respawns."""
     main = sys.modules["__main__"]
     saved = {key: main.__dict__[key] for key in ("__spec__", "__file__") if key in main.__dict__}
     main.__spec__ = None
@@ -51,7 +49,7 @@ def _without_main_script() -> Iterator[None]:
 def _sigint_ignored() -> Iterator[None]:
     """Ranks start with SIGINT ignored: Ctrl-C reaches the whole group; the driver alone answers."""
     if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set a handler; rank_main ignores it once running
+        yield  # only the main thread may set a handler
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -72,7 +70,7 @@ def rank_main(rank: int, size: int, port: int) -> None:
         serve(join(rank, size, store=store))
     except Exception:
         if not driver.is_alive():
-            os._exit(1)  # the driver's death broke the collective: nothing to say to nobody
+            os._exit(1)  # the driver's death broke the collective
         raise
     # torch's teardown would keep the driver's exit waiting for seconds, and nothing outlives it.
     sys.stdout.flush()

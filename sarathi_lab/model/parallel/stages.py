@@ -1,4 +1,4 @@
-"""Which layers a pipeline stage holds: consecutive runs, the first stages one longer where uneven
+"""Which layers a stage holds: consecutive runs, the first stages one longer where uneven
 (every stage keeps the embedding and LM head: small beside its layers)."""
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""When each pipeline rank computed each micro-batch, gathered by the driver as numbers. Times are
-perf_counter's (CLOCK_MONOTONIC on Linux): comparable across one machine's processes, not nodes."""
+"""When each rank computed each micro-batch; perf_counter times, comparable on one machine."""
 from __future__ import annotations
 
 import pandas as pd
@@ -7,8 +6,7 @@ import torch
 
 from sarathi_lab.model.parallel.wire import PREFILL_TOKENS, TOKENS
 
-# Per row, as kept and sent (float64).
-# command_s: host work (receive, decode, plan) began; planned_s: it ended, activations awaited.
+# Per row, as kept and sent (float64): command_s host work began; planned_s it ended.
 FIELDS = ("micro_batch", "start_s", "end_s", "tokens", "prefill_tokens", "command_s", "planned_s")
 COLUMNS = ("rank", "stage", *FIELDS)
 

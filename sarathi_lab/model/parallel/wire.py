@@ -1,5 +1,4 @@
-"""A batch as the driver sends it: an int64 header of counts and one byte buffer packed as the
-runner packs its host-to-device copy, never pickled; every rank runs views of the same buffer."""
+"""A batch as the driver sends it: an int64 header and one packed buffer, never pickled."""
 from __future__ import annotations
 
 import itertools

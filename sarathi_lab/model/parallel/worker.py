@@ -1,5 +1,4 @@
-"""The loop of every rank but the driver: build, step, send times, or leave, as commanded. What
-fails here ends the process, whose closed connections end the driver's collectives (naming it)."""
+"""Every non-driver rank's loop; a failure ends the process, whose closed links end the driver's."""
 from __future__ import annotations
 
 import gc
@@ -28,8 +27,7 @@ def from_torchrun() -> None:
 def serve(group: RankGroup) -> None:
     part: RankPart | None = None
     wire, timeout_s = None, LEAVE_TIMEOUT_S
-    # The previous micro-batch's sends, waited for after this one runs: a stage never waits for the
-    # next to be free before it computes.
+    # The previous micro-batch's sends, awaited after this one runs: compute never waits on them.
     pending: list = []
     while True:
         chain = part.chain if part is not None else None

@@ -1,5 +1,4 @@
-"""The engine's attention against its peers and floor at every shape of
-``profiling.attention_grid``, resumable a shape at a time."""
+"""The engine's attention against peers and floor per ``attention_grid`` shape, resumable."""
 from __future__ import annotations
 
 import math
@@ -64,8 +63,7 @@ def agreement(row: dict, name: str, contenders) -> Metric:
 
 
 def failure_notes(rows: list[dict], contenders, unit: str = "shapes") -> list[str]:
-    """Per contender, the shapes where it failed or disagreed, grouped by error; then the peers this
-    device lacks."""
+    """Per contender, the shapes where it failed or disagreed, by error; then the peers missing."""
     notes = []
     for name in contenders:
         by_error: dict[str, list[str]] = {}
@@ -109,8 +107,7 @@ def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
 
 def measured_rows(ctx: Context, grid, rows_file: str, measure,
                   unit: str) -> tuple[list[dict], Flex, list[str]]:
-    """A row per case of ``grid``, resuming from ``rows_file`` and rewriting it as each ends; also
-    the FlexAttention run and the ceilings' notes."""
+    """A row per case of ``grid``, resuming from ``rows_file`` and rewriting it as each ends."""
     from sarathi_lab.measure.profiling.attention_peers import Flex
 
     device, dtype = torch.device(ctx.device), getattr(torch, grid.dtype)

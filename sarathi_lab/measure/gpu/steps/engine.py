@@ -1,5 +1,4 @@
-"""The engine against transformers: greedy tokens equal in float32 for Llama, Mistral and Qwen2
-under every scheduler and backend, first tokens in bfloat16."""
+"""The engine against transformers: equal greedy tokens (float32) under every scheduler, backend."""
 from __future__ import annotations
 
 import torch
@@ -30,8 +29,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     from tests.hf_models import hf_greedy, save_random_model
 
     backends = ("triton", "torch") if ctx.device == "cuda" else ("torch",)
-    # The dry run checks this step's code, not the engine: one architecture, no Triton (its
-    # interpreter takes minutes).
+    # The dry run checks this step's code: one architecture, no Triton (minutes interpreted).
     architectures = ARCHITECTURES[:1] if ctx.dry_run else ARCHITECTURES
     metrics, notes = [], []
     if ctx.dry_run:
@@ -71,8 +69,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 
 def overlap_checks(ctx: Context, directory, vocab: int) -> tuple[list[Metric], list[str]]:
-    """overlap=nano_batch against none: equal greedy tokens, and (on CUDA) every cut batch replayed
-    from the engine's own graphs of cut batches."""
+    """overlap=nano_batch against none: equal greedy tokens; cut batches replayed from graphs."""
     gen = torch.Generator().manual_seed(2)
     prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in OVERLAP_PROMPT_LENS]
     backend = "triton" if ctx.device == "cuda" else "torch"

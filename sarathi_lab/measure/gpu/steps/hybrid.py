@@ -1,5 +1,4 @@
-"""Co-scheduled hybrid attention against the sequential kernels, peers and floors at every batch of
-``profiling.hybrid_grid``, resumable a batch at a time."""
+"""Co-scheduled hybrid attention against sequential, peers and floors per batch, resumable."""
 from __future__ import annotations
 
 from sarathi_lab.measure.gpu.context import Context

@@ -1,5 +1,4 @@
-"""The compiled Triton kernels: measure/profiling/kernel_check.py in its own process (it refuses
-interpreter-mode Triton); decode KV bandwidth against the env step's copy ceiling."""
+"""The compiled Triton kernels checked (own process), decode KV bandwidth over the copy ceiling."""
 from __future__ import annotations
 
 import json
@@ -21,8 +20,7 @@ DECODE_CASE = " decodes x "
 
 
 def metrics_of(check: KernelCheck, copy_gbps: float | None) -> list[Metric]:
-    """Worst error per dtype, KV writes and elementwise kernels, and each decode case's bandwidth
-    against the copy floor."""
+    """Worst error per dtype and kernel, and each decode case's bandwidth over the copy floor."""
     if not check.attention:
         raise ValueError("the kernel check recorded no attention case (see check_gpu.log)")
     by_dtype = defaultdict(list)

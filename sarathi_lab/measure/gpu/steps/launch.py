@@ -1,5 +1,4 @@
-"""The ``launch`` step: LLaMA-13B iterations, eager and with CUDA graphs, beside their physical and
-sequential floors; graph memory; co-scheduled attention (``,pod``); kernels per iteration kind."""
+"""The ``launch`` step: iterations eager and graphed against floors, memory, pod, kernels."""
 from __future__ import annotations
 
 import warnings
@@ -36,10 +35,8 @@ def sequential_target(chunk: int, decodes: int) -> float | None:
 
 def _target(limit: float | None) -> str:
     return f"<= {limit}" if limit else ""
-# How far a graph replay (padded batch, other GEMM kernels) may stray from eager: stale inputs would
-# be far off.
+# How far a graph replay (padding, other GEMMs) may stray from eager; stale inputs go far.
 REL_DIFF = 0.05
-# The iterations whose kernels per layer are counted.
 COUNTED = ((256, 17), (0, 18))
 KERNELS = "kernels.csv"
 BREAKDOWN_REPS = {"cuda": 3, "cpu": 1}
@@ -125,8 +122,7 @@ def _graphs(llm, cuda: bool) -> tuple[list[Metric], str]:
 
 def _co_scheduled(llm, cases, context: int, reps: int, env: dict,
                   cuda: bool) -> tuple[list[Metric], str]:
-    """The hybrid iterations of FULL_TOKENS or more co-scheduled; last, as the graphs are captured
-    again."""
+    """The hybrid iterations of FULL_TOKENS or more co-scheduled; last, as graphs are recaptured."""
     hybrid = [(c, d) for c, d in cases if c and d and c + d >= FULL_TOKENS]
     if llm.model.backend.name != "triton" or not hybrid:
         return [], ("co-scheduled attention (attention_hybrid=pod) not timed: it needs the Triton "
@@ -170,8 +166,7 @@ def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict
 
 
 def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple[list[Metric], str]:
-    """Per iteration kind, its kernels grouped and their sum (less sampling) over the forward's GPU
-    time: the gaps between kernels show there."""
+    """Per iteration kind, its kernels grouped and summed over the forward's GPU time."""
     cuda, reps = device == "cuda", BREAKDOWN_REPS[device]
     source = "cuda kernels" if cuda else "cpu ops (host work: no CUDA kernels off the GPU)"
     layers, rows, metrics, failed = llm.model_config.num_hidden_layers, [], [], []
@@ -179,7 +174,7 @@ def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple
         key = label(chunk, decodes)
         try:
             kernels, gpu_ms, wall_ms = profile_iteration(llm, chunk, decodes, context, reps)
-        except RuntimeError as e:  # the profiler's own failure: the step's timings stand without it
+        except RuntimeError as e:  # the profiler's own failure: the timings stand
             failed.append(f"{key} ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:200] if str(e) else ''})")
             continue

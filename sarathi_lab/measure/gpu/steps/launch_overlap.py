@@ -1,7 +1,6 @@
-"""The ``launch`` step's overlapped twins: each hybrid iteration large enough for nano-batches
-(model/nano_batch.py), whole and as two nano-batches on two streams, each from a CUDA graph of that
-batch, over its physical floor (``,overlap`` and ``,whole`` in the names), and the nano-batched
-forward's kernels per stream (timeline.csv)."""
+"""The ``launch`` step's overlapped twins: each hybrid iteration large enough for nano-batches,
+whole and as two nano-batches on two streams, each from a CUDA graph of that batch, over its
+physical floor (``,overlap`` and ``,whole``), and the kernels per stream (timeline.csv)."""
 from __future__ import annotations
 
 import json
@@ -31,8 +30,7 @@ REL_DIFF = 0.05
 
 def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
                out: Path) -> tuple[list[Metric], str]:
-    """The metrics of every case of OVERLAP.min_tokens tokens or more at each of ``contexts`` (the
-    first unnamed, as the step names it) and the step's note; the timelines into ``out``."""
+    """Every case of OVERLAP.min_tokens or more per context, the note; timelines to ``out``."""
     big = [(c, d) for c, d in cases if c and d and c + d >= OVERLAP.min_tokens]
     metrics, rows, stopped, gains = [], [], "", []
     for at in contexts:
@@ -40,7 +38,7 @@ def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
             key = label(chunk, decodes, None if at == contexts[0] else at)
             try:
                 row, timeline = measure_overlap(llm, chunk, decodes, at, reps)
-            except (RuntimeError, ValueError) as e:  # out of KV blocks or memory, as the step's own
+            except (RuntimeError, ValueError) as e:  # out of KV blocks or memory
                 first = str(e).splitlines()[0][:200] if str(e) else ""
                 stopped = f"; stopped at {key} ({type(e).__name__}: {first})"
                 break
@@ -65,8 +63,7 @@ def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
 
 
 def table_entry(gains: list[tuple[int, float]]) -> dict[str, bool | int]:
-    """From ``(tokens, overlapped minus whole ms)`` per twin: on from the fewest tokens at and above
-    which every twin was faster overlapped; off where no such count exists."""
+    """On from the fewest tokens from which every twin was faster overlapped; else off."""
     counts = sorted({t for t, _ in gains})
     won = [t for t in counts if all(g < 0 for u, g in gains if u >= t)]
     return {"enabled": True, "min_tokens": won[0]} if won else {"enabled": False}

@@ -1,5 +1,4 @@
-"""The engine's overhead (time outside the forward) per decode-only and hybrid iteration of
-LLaMA-13B at batch 18."""
+"""The engine's time outside the forward per decode-only and hybrid iteration, LLaMA-13B."""
 from __future__ import annotations
 
 import statistics

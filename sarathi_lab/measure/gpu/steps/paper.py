@@ -1,5 +1,4 @@
-"""A paper result's experiment as a Hydra sweep (overlay ``experiment=gpu/NAME``). The dry run
-checks every GPU job's schema and KV plan, then runs one tiny job."""
+"""A paper result's sweep (``experiment=gpu/NAME``); dry: every job's schema and plan, one run."""
 from __future__ import annotations
 
 import itertools
@@ -45,8 +44,7 @@ def job_overrides(step: Step) -> list[list[str]]:
 
 
 def check_gpu_jobs(step: Step) -> list[Metric]:
-    """Each GPU job through the schema, and its KV blocks against an 80 GB card's plan
-    (model.memory.plan_kv_blocks refuses what does not fit)."""
+    """Each GPU job through the schema, and its KV blocks against an 80 GB card's plan."""
     import torch
 
     from sarathi_lab.harness.compose import compose_config
@@ -57,8 +55,7 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
     worst = 0.0
     jobs = job_overrides(step)
     for job in jobs:
-        # Checked as a CPU job (EngineConfig refuses device=cuda without one), planned in its dtype
-        # on CUDA.
+        # Checked as a CPU job (device=cuda needs one), planned in its dtype on CUDA.
         cfg = parse_config(compose_config([o if not o.startswith("device=") else "device=cpu"
                                            for o in job]))
         engine, limits = cfg.engine, ModelLimits.of(cfg.engine)
@@ -72,8 +69,7 @@ def check_gpu_jobs(step: Step) -> list[Metric]:
 
 
 def set_aside_stale(ctx: Context, step: Step, directory: Path, now: str) -> str | None:
-    """A sweep run at other engine code is moved aside so it starts over; returns a note, or None
-    where it resumes."""
+    """A sweep run at other engine code is moved aside to start over; a note, or None: resumes."""
     before = state.read_result(ctx.out, step.name)
     if before is None or not before.code or before.code == now or not directory.is_dir():
         return None

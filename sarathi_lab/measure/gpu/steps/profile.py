@@ -1,5 +1,4 @@
-"""``task=profile`` (the simulator's cost table) for one model, through the harness, into
-<out>/profiles/<device>/."""
+"""``task=profile`` for one model, through the harness, into <out>/profiles/<device>/."""
 from __future__ import annotations
 
 import os

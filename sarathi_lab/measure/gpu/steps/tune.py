@@ -1,5 +1,4 @@
-"""The ``tune`` step: attention tile configs and split-rule knobs per work kind, and cuBLAS against
-Triton split-K per projection, into the device's tuned table."""
+"""The ``tune`` step: attention tiles and split rule, cuBLAS or split-K, into the tuned table."""
 from __future__ import annotations
 
 import csv
@@ -26,8 +25,7 @@ from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.tuned_kernels import TunedTable, file_name, overlap_entry
 
-# GPU: benchmark models and token counts, bf16, 10 rounds; dry run: the tiny model, one round, two
-# configs (seconds in the interpreter).
+# GPU: benchmark shapes, bf16, 10 rounds; dry run: tiny model, a round, two configs.
 SETTINGS = {"cuda": (("llama-13b", "mistral-7b"), TOKENS, "bfloat16", 10, 2, None),
             "cpu": (("tiny",), (16,), "float32", 1, 0, 2)}
 # Not started with less than this left of the call.
@@ -97,8 +95,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 
 def _co_schedule(ctx: Context) -> list[dict]:
-    """The hybrid step's shapes timed co-scheduled and sequential, where it ran: co_schedule.py
-    co-schedules only where the nearest was faster so."""
+    """The hybrid step's shapes timed co-scheduled and sequential, where it ran (co_schedule.py)."""
     rows = ctx.out / "steps" / "hybrid" / "hybrid_attention.csv"
     if not rows.is_file():
         return []
