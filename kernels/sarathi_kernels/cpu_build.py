@@ -85,7 +85,7 @@ KERNELS = Library("cpu_kernels", "the CPU kernels", _CSRC, tuple(_COMPILE),
 # The host planner must make the numpy planner's very plan: no fast-math reassociation and no
 # fused multiply-adds, so that every float sum rounds as numpy's does.
 PLANNER = Library("host_plan", "the planning functions", _CSRC / "plan",
-                  ("-O2", "-ffp-contract=off", "-fPIC", "-std=c++17", "-c"),
+                  ("-O3", "-ffp-contract=off", "-fPIC", "-std=c++17", "-c"),
                   "balanced attention work is planned in numpy")
 
 

@@ -286,21 +286,23 @@ Plan flat_plan(const I* k, I n, I count, const Knobs& o) {
 // plan_bounds.flat_bound: (longest piece, or two past a wave; the total spread over the slots).
 std::pair<double, double> flat_bound(const I* k, I n, I count, const Knobs& o) {
   const double split = count > 1 ? o.split_cost : 0.0;
-  Ints pw, po, hi;
-  shares(k, n, count, pw, po, hi);
-  Reals cost;
-  for (size_t i = 0; i < pw.size(); ++i) cost.push_back(static_cast<double>(hi[i] - po[i]) + o.base + split);
+  Reals cost;  // the shares' costs, as shares() cuts them
+  cost.reserve(n * count);
+  I keys = 0;
   double longest = 0.0;
-  for (double c : cost) longest = std::max(longest, c);
+  for (I w = 0; w < n; ++w) {
+    keys += k[w];
+    for (I j = 0; j < count; ++j) {
+      cost.push_back(static_cast<double>((j + 1) * k[w] / count - j * k[w] / count) + o.base + split);
+      longest = std::max(longest, cost.back());
+    }
+  }
   if (static_cast<I>(cost.size()) > o.programs) {
     // The programs-th and (programs + 1)-th longest pieces (np.partition's pair).
-    Reals desc(cost);
-    sort_rising(desc, std::greater<double>());
-    const double pair = 0.0 + desc[o.programs - 1] + desc[o.programs];
+    sort_rising(cost, std::greater<double>());
+    const double pair = 0.0 + cost[o.programs - 1] + cost[o.programs];
     longest = std::max(longest, below(pair, whole(o.base) && whole(split)));
   }
-  I keys = 0;
-  for (I w = 0; w < n; ++w) keys += k[w];
   const double spread = (static_cast<double>(keys) + static_cast<double>(n * count) * (o.base + split));
   return {longest, below(spread / static_cast<double>(o.programs))};
 }
