@@ -65,6 +65,17 @@ def test_most_sarathi_serve_iterations_are_predicted():
     assert sum(hits) > 0.8 * len(hits)
 
 
+def test_a_request_finishing_by_length_makes_room_in_the_guess():
+    """A batch of one: each later request joins exactly as the one before it finishes by length,
+    and the guess takes that join (its slot and its blocks freed) into account."""
+    seen = simulated("sarathi_serve", 64, 1, [[1] * 40, [1] * 30, [1] * 20], [3, 2, 4], [0.0] * 3)
+    joins = [(likely, lengths) for (ids, *_, likely), (next_ids, lengths, _, _) in pairwise(seen)
+             if not next_ids <= ids]
+    assert len(joins) == 2
+    for likely, lengths in joins:
+        assert (likely.query_lens, likely.seq_lens, likely.num_prefills) == lengths
+
+
 @pytest.fixture
 def h100_backend():
     from sarathi_kernels import chunk_plan

@@ -51,8 +51,9 @@ class BlockManager:
     def can_fit(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self.blocks_needed(seq, num_new_tokens) <= self.num_free
 
-    def can_admit(self, seq: Sequence, num_tokens: int) -> bool:
-        return self.blocks_needed(seq, num_tokens) + self.watermark_blocks <= self.num_free
+    def can_admit(self, seq: Sequence, num_tokens: int, freed: int = 0) -> bool:
+        """``freed``: blocks about to be freed (a guess ahead counts them)."""
+        return self.blocks_needed(seq, num_tokens) + self.watermark_blocks <= self.num_free + freed
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         n = self.blocks_needed(seq, num_new_tokens)

@@ -18,6 +18,11 @@ class NextBatch:
     num_prefills: int
 
 
+def finishes_by_length(seq: Sequence) -> bool:
+    """Whether the token this iteration samples for ``seq`` is its last (max_new_tokens)."""
+    return len(seq.tokens) + 1 - seq.prompt_len >= seq.max_new_tokens
+
+
 def likely_next(batch: ScheduledBatch, chunks: Callable[[int, list[int]], list[int] | None],
                 joining: Iterable[Sequence] = ()) -> NextBatch | None:
     """``batch``'s successor if only ``joining`` (waiting now, in the policy's order) joins and
@@ -29,10 +34,10 @@ def likely_next(batch: ScheduledBatch, chunks: Callable[[int, list[int]], list[i
         if not chunk.samples:
             left = len(seq.tokens) - chunk.context_len
             prefilling.append((seq.priority, chunk.context_len, left))
-        elif len(seq.tokens) + 1 - seq.prompt_len < seq.max_new_tokens:  # not finished by length
+        elif not finishes_by_length(seq):
             decoding.append((seq.priority, chunk.context_len + 1))
     for seq, context in zip(batch.decodes, batch.decode_contexts):
-        if len(seq.tokens) + 1 - seq.prompt_len < seq.max_new_tokens:
+        if not finishes_by_length(seq):
             decoding.append((seq.priority, context + 1))
     # The scheduler walks its running requests in priority order (unique: arrival, id).
     decoding.sort()

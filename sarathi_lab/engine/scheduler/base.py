@@ -21,7 +21,7 @@ from sarathi_lab.config import (
 )
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
-from sarathi_lab.engine.next_batch import NextBatch, likely_next
+from sarathi_lab.engine.next_batch import NextBatch, finishes_by_length, likely_next
 from sarathi_lab.engine.sequence import Sequence, Status, append_tokens, split_prefilling
 
 log = logging.getLogger(__name__)
@@ -161,10 +161,13 @@ class Scheduler(ABC):
 
     def likely_next(self, batch: ScheduledBatch) -> NextBatch | None:
         """``batch``'s likely successor (next_batch.py), read without deciding it."""
-        room = self.config.max_batch_size - len(self.running)
+        # What this batch finishes by length leaves its slot and blocks to the waiting.
+        leaving = [seq for seq in batch.sampled if finishes_by_length(seq)]
+        room = self.config.max_batch_size - len(self.running) + len(leaving)
+        freed = sum(len(seq.block_table) for seq in leaving)
         joining = []
         for seq in self.waiting[:min(room, LIKELY_JOINS)]:
-            if not self._admits(seq):
+            if not self.blocks.can_admit(seq, self._admission_tokens(seq), freed):
                 break
             joining.append(seq)
         return likely_next(batch, self.likely_chunks, joining)
