@@ -30,7 +30,7 @@ def test_no_vector_operation_is_lowered_piecewise(target, tmp_path):
         return src.name, subprocess.run(cmd, capture_output=True, text=True, check=False)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(compile_one, cpu_build.SOURCES))
+        results = list(pool.map(compile_one, cpu_build.KERNELS.sources))
     for name, done in results:
         assert done.returncode == 0, f"{name} for {target}: {done.stderr[-2000:]}"
         assert "vector-operation-performance" not in done.stderr, f"{name} for {target}:\n{done.stderr[-3000:]}"
@@ -41,7 +41,7 @@ _FMA_FROM_MEMORY = re.compile(r"\tvfmadd\d{3}ps\t[-0-9]*\(%")
 
 
 @pytest.mark.skipif(shutil.which(COMPILER) is None, reason="no C++ compiler")
-@pytest.mark.parametrize("src", cpu_build.SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize("src", cpu_build.KERNELS.sources, ids=lambda p: p.name)
 def test_zen_tuning_folds_no_more_loads_into_multiply_adds_than_generic_tuning(src, tmp_path):
     # GCC tuned for Zen 2/3 (-march=native there) folded each reused weight or query vector into every
     # multiply-add that reads it, one 32-byte load per multiply-add: the few-row linear and the prefill

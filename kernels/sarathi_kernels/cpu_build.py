@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _CSRC = Path(__file__).parent / "csrc"
-SOURCES = sorted(_CSRC.glob("*.cpp"))
 # -ffast-math: vector exp from glibc's libmvec and vector-order sums (each source says where it
 # relies on it, and where it keeps infinities out). It is given to the compile step only: linking
 # with it adds crtfastmath.o, whose constructor sets flush-to-zero and denormals-are-zero for the
@@ -50,7 +49,7 @@ SOURCES = sorted(_CSRC.glob("*.cpp"))
 # targets unless told otherwise; 512 measured faster on the bfloat16 elementwise kernels (SiLU x up,
 # RoPE, RMSNorm) and no slower in float32 (benchmarks/RESULTS.md). Targets without AVX-512 ignore it;
 # the explicit vector kernels are as wide either way.
-_COMPILE = ["-O3", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-c"]
+_COMPILE = ("-O3", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17", "-c")
 # GCC's tuning for AMD Zen 1-3 (-march=native there) splits a multiply-add whose sum feeds the next
 # one into a multiply and an add, in some loops and not others: the few-row linear's sums then
 # rounded differently by the batch's row count, so a decode token's logits depended on which
@@ -80,7 +79,7 @@ class Library:
         return sorted(p for p in self.folder.iterdir() if p.is_file())
 
 
-KERNELS = Library("cpu_kernels", "the CPU kernels", _CSRC, tuple(_COMPILE),
+KERNELS = Library("cpu_kernels", "the CPU kernels", _CSRC, _COMPILE,
                   "decode attention and the fused elementwise ops fall back to torch's")
 # The host planner must make the numpy planner's very plan: no fast-math reassociation and no
 # fused multiply-adds, so that every float sum rounds as numpy's does.

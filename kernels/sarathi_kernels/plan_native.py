@@ -24,6 +24,11 @@ def available() -> bool:
     return _fn() is not None
 
 
+def planner() -> str:
+    """How chunk_plan plans on this host: "compiled", or "numpy" where no library can be built."""
+    return "compiled" if available() else "numpy"
+
+
 def plan(walks, query_lens: np.ndarray, heads: int, block_q: int, block_n: int, programs: int,
          split_cost: float, max_pieces: int, base: float, min_piece: int, flat_waves: int):
     """``(items, work_indptr, row_splits, split_capacity, critical_path, unsplit_cost,

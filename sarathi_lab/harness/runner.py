@@ -51,9 +51,9 @@ class RunContext:
     group: str | None
     # Written to .hydra/ once the run is accepted.
     hydra_record: dict[str, Any] | None = None
-    status_dir: Path | None = None
+    status_dir: Path | None = None  # output_dir, or beside it where a finished run is there
     lock: int | None = None
-    sweep_job: bool = False
+    sweep_job: bool = False         # keeps its config's finished run under on_existing=refuse too
 
     def release(self) -> None:
         if self.lock is not None:

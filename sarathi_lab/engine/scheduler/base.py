@@ -167,7 +167,7 @@ class Scheduler(ABC):
         freed = sum(len(seq.block_table) for seq in leaving)
         joining = []
         for seq in self.waiting[:min(room, LIKELY_JOINS)]:
-            if not self.blocks.can_admit(seq, self._admission_tokens(seq), freed):
+            if not self._admits(seq, freed):
                 break
             joining.append(seq)
         return likely_next(batch, self.likely_chunks, joining)
@@ -197,10 +197,11 @@ class Scheduler(ABC):
         self.in_flight.clear()
         return dropped
 
-    def _admits(self, seq: Sequence) -> bool:
+    def _admits(self, seq: Sequence, freed: int = 0) -> bool:
         """Only while all its tokens' blocks are free (can_allocate): one admitted on its first
-        chunk alone finds later chunks' blocks taken by decodes and recomputes forever."""
-        return self.blocks.can_admit(seq, self._admission_tokens(seq))
+        chunk alone finds later chunks' blocks taken by decodes and recomputes forever. ``freed``:
+        blocks about to be freed, which a guess ahead counts."""
+        return self.blocks.can_admit(seq, self._admission_tokens(seq), freed)
 
     def _admission_tokens(self, seq: Sequence) -> int:
         return self.config.max_model_len if self.reserves_max_model_len else seq.num_uncomputed

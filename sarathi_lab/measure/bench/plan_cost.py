@@ -128,13 +128,14 @@ def start(args) -> None:
 def report(args, table) -> Report:
     from sarathi_kernels import plan_native
 
-    planner = "compiled" if plan_native.available() else "numpy (no C++ compiler)"
+    planner = plan_native.planner()
+    shown = planner if planner == "compiled" else f"{planner}: no C++ compiler"
     return Report([(f"# {MODEL} on a simulated {GPU}: {args.requests} requests, sarathi_serve "
-                    f"chunk {args.chunk}, batch <= {args.batch}; host planning ({planner}) timed "
+                    f"chunk {args.chunk}, batch <= {args.batch}; host planning ({shown}) timed "
                     "on this CPU (unreliable while it is shared)")],
                   f"Attention planning per iteration against the predicted {GPU} forward "
                   f"(target: p99 share < {TARGET:.0%})",
-                  {"model": MODEL, "gpu": GPU, "host_planner": planner.split()[0]})
+                  {"model": MODEL, "gpu": GPU, "host_planner": planner})
 
 
 CASE = Case(name="plan_cost",

@@ -37,7 +37,7 @@ def describe(device: str) -> dict:
               "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
               "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
               # How the host plans balanced attention work (built here, before any timed step).
-              "host_planner": "compiled" if plan_native.available() else "numpy",
+              "host_planner": plan_native.planner(),
               "device": "cpu"}
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
