@@ -132,16 +132,11 @@ def rule_label(rule: SplitRule) -> str:
 
 def _loss(times: dict[int, float], count: int) -> float:
     """Interpolated in log2(count) between the counts timed, the nearest end's time outside them."""
-    counts = sorted(times)
-    if count <= counts[0] or count >= counts[-1]:
-        ms = times[counts[0] if count <= counts[0] else counts[-1]]
-    else:
-        hi = next(c for c in counts if c >= count)
-        lo = max(c for c in counts if c <= count)
-        log2 = math.log2
-        w = 0.0 if hi == lo else (log2(count) - log2(lo)) / (log2(hi) - log2(lo))
-        ms = times[lo] * (1 - w) + times[hi] * w
-    return ms / min(times.values())
+    lo = max((c for c in times if c <= count), default=min(times))
+    hi = min((c for c in times if c >= count), default=max(times))
+    log2 = math.log2
+    w = 0.0 if hi == lo else (log2(count) - log2(lo)) / (log2(hi) - log2(lo))
+    return (times[lo] * (1 - w) + times[hi] * w) / min(times.values())
 
 
 def fit_split_rule(rows: list[dict]) -> tuple[SplitRule, float]:

@@ -30,10 +30,10 @@ def measure(dtype: str = "bfloat16") -> dict:
 
     import torch
 
-    from sarathi_lab.measure.profiling.ceilings import FULL, measure_ceilings
+    from sarathi_lab.measure.profiling.ceilings import measure_ceilings
 
     run = device_dtype("cpu", dtype)
-    ceil = measure_ceilings("cpu", getattr(torch, run), **FULL)
+    ceil = measure_ceilings("cpu", getattr(torch, run))
     entry = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops, "cpu": cpu_name(),
              "dtype": run, "threads": ceil.threads, "copy_mib": ceil.copy_mib,
              "matmul_n": ceil.matmul_n,
