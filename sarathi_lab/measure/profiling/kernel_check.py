@@ -35,14 +35,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 from sarathi_lab.attention import reference
 from sarathi_lab.attention.torch_backend import TorchAttention
 from sarathi_lab.config import DTYPES, EngineConfig
-from sarathi_lab.measure.profiling.attention import (
-    LLAMA_HEAD_DIM,
-    LLAMA_HEADS,
-    LLAMA_KV_HEADS,
-    context_slot_mapping,
-    paged_batch,
-    paged_cache,
-)
+from sarathi_lab.measure.profiling import attention as paged
 from sarathi_lab.measure.profiling.attention_peers import rel_diff
 from sarathi_lab.measure.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.measure.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
@@ -56,12 +49,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype):
     query_lens, seq_lens = (list(x) for x in zip(*prefills, *decodes))
-    meta, num_blocks = paged_batch(query_lens, seq_lens, num_prefills=len(prefills),
-                                   block_size=block_size, device=DEV)
-    slots = context_slot_mapping(meta, block_size)
-    k_cache, v_cache = (paged_cache(torch.randn(len(slots), kv_heads, head_dim,
-                                                device=DEV).to(dtype), slots,
-                                    num_blocks, block_size) for _ in range(2))
+    meta, num_blocks = paged.paged_batch(query_lens, seq_lens, num_prefills=len(prefills),
+                                         block_size=block_size, device=DEV)
+    slots = paged.context_slot_mapping(meta, block_size)
+    k_cache, v_cache = (paged.paged_cache(torch.randn(len(slots), kv_heads, head_dim,
+                                                      device=DEV).to(dtype),
+                                          slots, num_blocks, block_size) for _ in range(2))
     query = torch.randn(sum(query_lens), heads, head_dim, device=DEV).to(dtype)
     return query, k_cache, v_cache, meta
 
@@ -191,7 +184,7 @@ def run_checks(record: KernelCheck, quick: bool) -> None:
 
 
 # Llama-3-8B's heads in the engine's blocks; the GPU suite reads the case to label its figure.
-TIMED_HEADS, TIMED_HEAD_DIM = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM
+TIMED_HEADS, TIMED_HEAD_DIM = (paged.LLAMA_HEADS, paged.LLAMA_KV_HEADS), paged.LLAMA_HEAD_DIM
 TIMED_BLOCK = EngineConfig.block_size
 TIMED_CASE = (f"Llama-3-8B attention ({TIMED_HEADS[0]}/{TIMED_HEADS[1]} heads, "
               f"d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}")
@@ -232,7 +225,8 @@ def run_timings(record: KernelCheck, dtype) -> None:
         time_case(record, name, prefills, decodes, dtype, copy_gbps)
     kv_heads, head_dim, block = TIMED_HEADS[1], TIMED_HEAD_DIM, TIMED_BLOCK
     key = torch.randn(4096, kv_heads, head_dim, device=DEV, dtype=dtype)
-    meta, num_blocks = paged_batch([4096], [4096], num_prefills=1, block_size=block, device=DEV)
+    meta, num_blocks = paged.paged_batch([4096], [4096], num_prefills=1, block_size=block,
+                                         device=DEV)
     k_cache = torch.empty(num_blocks, block, kv_heads, head_dim, device=DEV, dtype=dtype)
     v_cache = torch.empty_like(k_cache)
     ms = do_bench(lambda: write_kv_cache(key, key, k_cache, v_cache, meta.slot_mapping),
