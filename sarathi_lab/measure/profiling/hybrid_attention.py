@@ -18,10 +18,10 @@ from sarathi_lab.measure.profiling.attention_grid import FLEX, SDPA, Case
 from sarathi_lab.model.floors import attention_floor
 
 
-def make_inputs(case: grid.HybridCase, dtype: torch.dtype, device: torch.device, block_size: int,
-                seed: int = 0) -> tuple[peers.Inputs, peers.Inputs]:
+def make_inputs(case: grid.HybridCase, dtype: torch.dtype, device: torch.device,
+                block_size: int) -> tuple[peers.Inputs, peers.Inputs]:
     """The whole batch (the chunk first; q, k, v: the decodes' in SDPA's layout), the chunk."""
-    gen = torch.Generator(device).manual_seed(seed)
+    gen = torch.Generator(device).manual_seed(0)
     h, kvh, d = case.heads, case.kv_heads, case.head_dim
     c, b, ctx = case.chunk, case.decodes, case.context
     query = torch.randn(c + b, h, d, generator=gen, device=device).to(dtype)
@@ -93,12 +93,12 @@ def peer_call(name: str, case: grid.HybridCase, x: peers.Inputs, chunk: peers.In
 
 
 def measure(case: grid.HybridCase, *, dtype: torch.dtype, device: torch.device, block_size: int,
-            reps: int, warmup: int, flex: peers.Flex | None, copy_gbps: float, matmul_gflops: float,
-            seed: int = 0) -> dict:
+            reps: int, warmup: int, flex: peers.Flex | None, copy_gbps: float,
+            matmul_gflops: float) -> dict:
     """Each contender's median ms (None and ``<name>_error`` where not), floors, ratios."""
     from sarathi_kernels.pod_plan import CTAS_PER_SM, flops_per_byte_of
 
-    x, chunk = make_inputs(case, dtype, device, block_size, seed)
+    x, chunk = make_inputs(case, dtype, device, block_size)
     flash = device.type == "cuda"
     rate = flops_per_byte_of(matmul_gflops, copy_gbps)
     row: dict = {"shape": case.label, "heads": case.heads, "kv_heads": case.kv_heads,
