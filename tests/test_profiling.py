@@ -7,7 +7,7 @@ import torch
 
 from sarathi_lab import LLM
 from sarathi_lab.engine.timer import best_time, median_time, time_calls
-from sarathi_lab.host_features import cpu_has_bf16_units
+from sarathi_lab.host_features import cpu_has_bf16_units, run_dtype
 from sarathi_lab.measure.profiling import machine
 from sarathi_lab.measure.profiling.attention import context_slot_mapping, paged_batch
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
@@ -47,7 +47,7 @@ def test_machine_flags_agree_with_what_torch_detects():
     assert torch.backends.cpu.get_cpu_capability() != "AVX512" or "avx512f" in flags
     isa = machine.cpu_isa().split(",")
     assert set(isa) <= set(machine.ISA_FLAGS) and ("avx512_bf16" in isa) == ("avx512_bf16" in flags)
-    assert machine.fast_dtype("cpu") == ("bfloat16" if cpu_has_bf16_units() else "float32")
+    assert run_dtype("bfloat16", "cpu") == ("bfloat16" if cpu_has_bf16_units() else "float32")
 
 
 def test_last_level_cache_is_the_highest_level_sysfs_lists(tmp_path):

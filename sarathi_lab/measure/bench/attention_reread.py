@@ -7,12 +7,7 @@ import torch
 from sarathi_lab import host_load as load
 from sarathi_lab.measure.bench.args import positive_int, positive_ints
 from sarathi_lab.measure.bench.case import Case, Report
-from sarathi_lab.measure.profiling.attention import (
-    LLAMA_HEAD_DIM,
-    LLAMA_HEADS,
-    LLAMA_KV_HEADS,
-    measure_reread,
-)
+from sarathi_lab.measure.profiling import attention
 from sarathi_lab.measure.profiling.ceilings import copy_bandwidth_gbps
 
 
@@ -23,9 +18,9 @@ def knobs(p) -> None:
                    help="chunk sizes C, comma list")
     p.add_argument("--attention", choices=["auto", "torch", "triton"], default="auto",
                    help="auto: triton on CUDA, torch elsewhere")
-    p.add_argument("--heads", type=positive_int, default=LLAMA_HEADS)
-    p.add_argument("--kv-heads", type=positive_int, default=LLAMA_KV_HEADS)
-    p.add_argument("--head-dim", type=positive_int, default=LLAMA_HEAD_DIM)
+    p.add_argument("--heads", type=positive_int, default=attention.LLAMA_HEADS)
+    p.add_argument("--kv-heads", type=positive_int, default=attention.LLAMA_KV_HEADS)
+    p.add_argument("--head-dim", type=positive_int, default=attention.LLAMA_HEAD_DIM)
     p.add_argument("--block-size", type=positive_int, default=16)
     p.add_argument("--reps", type=positive_int, default=5,
                    help="timed repetitions (medians are reported)")
@@ -48,10 +43,10 @@ def grid(args) -> list[tuple[int, int]]:
 
 
 def measure(args, point: tuple[int, int]) -> dict:
-    return measure_reread(*point, num_heads=args.heads, num_kv_heads=args.kv_heads,
-                          head_dim=args.head_dim, dtype=args.torch_dtype,
-                          device=torch.device(args.device), attention=args.attention,
-                          block_size=args.block_size, reps=args.reps)
+    return attention.measure_reread(*point, num_heads=args.heads, num_kv_heads=args.kv_heads,
+                                    head_dim=args.head_dim, dtype=args.torch_dtype,
+                                    device=torch.device(args.device), attention=args.attention,
+                                    block_size=args.block_size, reps=args.reps)
 
 
 def report(args, table) -> Report:

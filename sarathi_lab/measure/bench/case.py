@@ -135,8 +135,7 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
     """--threads and --dtype resolved and written back: the tables' labels."""
     import torch
 
-    from sarathi_lab.host_features import usable_cores
-    from sarathi_lab.measure.profiling.machine import fast_dtype
+    from sarathi_lab.host_features import run_dtype, usable_cores
     from sarathi_lab.plan import torch_run_dtype
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -166,7 +165,8 @@ def parse(case: Case, p: argparse.ArgumentParser, argv: list[str] | None) -> arg
         args.threads = args.threads or usable_cores()
         torch.set_num_threads(args.threads)
     if "dtype" in has:
-        dtype = fast_dtype(args.device) if args.dtype == "auto" else args.dtype
+        # auto: the dtype the engine itself runs when asked for bfloat16
+        dtype = run_dtype("bfloat16", args.device) if args.dtype == "auto" else args.dtype
         if "model" in args:  # bfloat16 without bf16 units runs float32
             dtype = str(torch_run_dtype(dtype, args.device))
         args.dtype = dtype.removeprefix("torch.")

@@ -24,6 +24,9 @@ DEVICES = ("a6000", "a100", "h100", "h200")
 SIMULATED = ("a6000", "h100")
 MODEL, CHUNKS, LENGTHS = "llama-13b", (256, 512), (1024, 3072)
 COST_MODELS = ("roofline", "calibrated")
+# Whether a verdict holds on (the paper's device, ours).
+VERDICTS = {(True, False): "moves with the device", (True, True): "holds on both",
+            (False, False): "fails on both", (False, True): "holds on ours only"}
 
 
 def ridge_tokens(matmul_flops: float, bytes_per_s: float, elem_bytes: int = 2) -> float:
@@ -69,13 +72,9 @@ def ridge_rows(gpu_docs: Path) -> list[dict]:
 
 
 def sim_rows() -> list[dict]:
-    found = []
-    for name in SIMULATED:
-        for cost in COST_MODELS:
-            found += [{"device": name, "cost_model": cost, "chunk": c, "length": n,
-                       "prefill_ratio": simulated_prefill_ratio(name, cost, c, n)}
-                      for c in CHUNKS for n in LENGTHS]
-    return found
+    return [{"device": name, "cost_model": cost, "chunk": c, "length": n,
+             "prefill_ratio": simulated_prefill_ratio(name, cost, c, n)}
+            for name in SIMULATED for cost in COST_MODELS for c in CHUNKS for n in LENGTHS]
 
 
 def markdown(gpu_docs: Path, rows: list[dict]) -> str:
@@ -120,11 +119,7 @@ def moves(rows: list[dict]) -> list[str]:
         for c in CHUNKS:
             at = {r["device"]: r["prefill_ratio"] for r in rows
                   if (r["cost_model"], r["chunk"], r["length"]) == (cost, c, max(LENGTHS))}
-            holds = {d: at[d] <= BOUNDS[c] for d in at}
-            verdict = ("moves with the device" if holds[paper] and not holds[ours] else
-                       "holds on both" if holds[paper] and holds[ours] else "fails on both"
-                       if not holds[paper]
-                       and not holds[ours] else "holds on ours only")
+            verdict = VERDICTS[at[paper] <= BOUNDS[c], at[ours] <= BOUNDS[c]]
             found.append(f"- {cost}, chunk {c} at length {max(LENGTHS)}: {paper.upper()} "
                          f"{at[paper]:.2f}x, {ours.upper()} {at[ours]:.2f}x: {verdict}")
     return found

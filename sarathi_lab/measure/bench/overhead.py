@@ -10,23 +10,6 @@ from sarathi_lab.measure.bench.trace import make_workload
 from sarathi_lab.measure.profiling.overhead import HOST_PARTS, TARGET, serve
 
 
-def measure(llm, prompts, new_tokens) -> dict:
-    """Each part's share of the iterations' time, summed over the run."""
-    table = serve(llm, prompts, new_tokens)
-    summary = llm.metrics.summary()
-    busy, forward = summary["busy_time_s"], table.forward_s.sum()
-    parts = {part: table[f"{part}_s"].sum() for part in HOST_PARTS}
-    return {
-        "iterations": len(table), "busy_s": busy, "forward_s": forward,
-        "overhead_fraction": summary["overhead_fraction"],
-        **{f"{part}_frac": seconds / busy for part, seconds in parts.items()},
-        "rest_frac": (busy - forward - sum(parts.values())) / busy,
-        "overhead_per_iter_ms": (busy - forward) / len(table) * 1e3,
-        "iter_ms_mean": busy / len(table) * 1e3,
-        "tokens_per_s": summary["total_throughput_tok_s"],
-    }
-
-
 def start(args) -> None:
     from sarathi_lab.model import load_config
 
@@ -34,7 +17,8 @@ def start(args) -> None:
                                            load_config(args.model).vocab_size, args.seed)
 
 
-def measure_scheduler(args, name: str) -> dict:
+def measure(args, name: str) -> dict:
+    """Each part's share of the iterations' time, summed over the run."""
     from sarathi_lab import LLM
 
     # The workload's longest, not the model's context.
@@ -43,9 +27,20 @@ def measure_scheduler(args, name: str) -> dict:
               max_batch_size=args.batch_size, max_model_len=max_len, device=args.device,
               dtype=args.dtype, num_kv_blocks=args.kv_blocks, cpu_linear=args.cpu_linear)
     args.gemm = llm.cpu_gemm
-    row = {"scheduler": name} | measure(llm, args.prompts, args.new)
-    row["target"], row["met"] = TARGET, row["overhead_fraction"] < TARGET
-    return row
+    table = serve(llm, args.prompts, args.new)
+    summary = llm.metrics.summary()
+    busy, forward = summary["busy_time_s"], table.forward_s.sum()
+    parts = {part: table[f"{part}_s"].sum() for part in HOST_PARTS}
+    return {
+        "scheduler": name, "iterations": len(table), "busy_s": busy, "forward_s": forward,
+        "overhead_fraction": summary["overhead_fraction"],
+        **{f"{part}_frac": seconds / busy for part, seconds in parts.items()},
+        "rest_frac": (busy - forward - sum(parts.values())) / busy,
+        "overhead_per_iter_ms": (busy - forward) / len(table) * 1e3,
+        "iter_ms_mean": busy / len(table) * 1e3,
+        "tokens_per_s": summary["total_throughput_tok_s"],
+        "target": TARGET, "met": summary["overhead_fraction"] < TARGET,
+    }
 
 
 def report(args, table) -> Report:
@@ -75,7 +70,7 @@ def knobs(p) -> None:
 
 CASE = Case(name="overhead",
             reference=f"target: overhead_fraction under {TARGET:.0%} of the iteration",
-            grid=lambda args: args.schedulers, measure=measure_scheduler, report=report,
+            grid=lambda args: args.schedulers, measure=measure, report=report,
             knobs=knobs, start=start, shared=("device", "dtype", "threads", "cpu_linear"),
             smoke={"model": "tiny", "requests": 4, "prompt_len": (16, 48), "new_tokens": (4, 8),
                    "chunk_size": 32, "batch_size": 4},

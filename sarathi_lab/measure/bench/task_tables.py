@@ -36,14 +36,6 @@ def _op_breakdown(frame: pd.DataFrame) -> pd.DataFrame:
 PIGGYBACK_KINDS = {"decode_only": "decode", "chunk_alone": "prefill", "hybrid": "hybrid"}
 
 
-def _piggyback(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.assign(kind=frame.iteration.map(PIGGYBACK_KINDS), seconds=frame.ms / 1e3)
-
-
-def _iteration_sweep(frame: pd.DataFrame) -> pd.DataFrame:
-    return _forward_totals(frame).assign(kind="prefill")  # one prompt prefilled whole
-
-
 def _reread(frame: pd.DataFrame) -> pd.DataFrame:
     """A whole prompt's prefill is one iteration; its chunks are several, summed."""
     long = frame.melt(id_vars="component", value_vars=["whole_ms", "chunked_ms"], var_name="mode",
@@ -58,8 +50,11 @@ def _reread(frame: pd.DataFrame) -> pd.DataFrame:
 
 TABLES = {
     "op_breakdown": TaskTable("ops", ("phase", "tokens"), _op_breakdown),
-    "piggyback": TaskTable("piggyback", ("iteration", "tokens"), _piggyback),
-    "iteration_sweep": TaskTable("sweep", ("tokens",), _iteration_sweep),
+    "piggyback": TaskTable("piggyback", ("iteration", "tokens"), lambda frame: frame.assign(
+        kind=frame.iteration.map(PIGGYBACK_KINDS), seconds=frame.ms / 1e3)),
+    # one prompt prefilled whole
+    "iteration_sweep": TaskTable("sweep", ("tokens",),
+                                 lambda frame: _forward_totals(frame).assign(kind="prefill")),
     "reread": TaskTable("overhead", ("component", "mode"), _reread),
 }
 

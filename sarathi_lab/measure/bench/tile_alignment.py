@@ -3,6 +3,7 @@ whole 128-token tiles, beside the fixed chunk that overflows them, as each GPU c
 task=piggyback's three iterations (docs/sim/README.md, section 6)."""
 from __future__ import annotations
 
+import itertools
 import warnings
 from pathlib import Path
 
@@ -37,17 +38,15 @@ def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS,
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the profile's note on what it models
                 cm = CostModel.for_device(device, model, cost_model)
-            for seq_len in seq_lens:
-                for b in batch_sizes:
-                    for alignment, c in (("unaligned", chunk),
-                                         ("aligned", aligned_chunk(chunk, b - 1))):
-                        table = piggyback_ms(cm, c, b, seq_len).assign(seq_len=seq_len,
-                                                                       batch_size=b, chunk=c)
-                        row = quantities.decode_speedup(table).iloc[0]
-                        rows.append({"model": model, "device": device, "cost_model": cost_model,
-                                     "alignment": alignment, "seq_len": seq_len, "batch_size": b,
-                                     "chunk": c, "hybrid_tokens": c + b - 1,
-                                     "gain": float(row.gain)})
+            for seq_len, b in itertools.product(seq_lens, batch_sizes):
+                aligned = aligned_chunk(chunk, b - 1)
+                for alignment, c in (("unaligned", chunk), ("aligned", aligned)):
+                    table = piggyback_ms(cm, c, b, seq_len).assign(seq_len=seq_len, batch_size=b,
+                                                                   chunk=c)
+                    row = quantities.decode_speedup(table).iloc[0]
+                    rows.append({"model": model, "device": device, "cost_model": cost_model,
+                                 "alignment": alignment, "seq_len": seq_len, "batch_size": b,
+                                 "chunk": c, "hybrid_tokens": c + b - 1, "gain": float(row.gain)})
     return pd.DataFrame(rows)
 
 

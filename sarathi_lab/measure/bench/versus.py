@@ -4,7 +4,10 @@ in interleaved timed rounds (method: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import copy
+import importlib.util
+import logging
 import math
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +22,6 @@ from torch.nn.utils.rnn import pad_sequence
 from sarathi_lab import host_load as load
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.engine.timer import interleaved, make_clock
-from sarathi_lab.measure.bench import vllm_cpu
 from sarathi_lab.measure.bench.args import names_of, positive_int
 from sarathi_lab.measure.bench.case import SHARED, Case, Report
 from sarathi_lab.measure.bench.trace import make_workload
@@ -67,6 +69,45 @@ def save_random_model(preset: str, directory: Path, dtype: torch.dtype, seed: in
     return model
 
 
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_cpu(model_dir: str, threads: int, dtype: str, batch_size: int, token_budget: int,
+             max_model_len: int) -> Serve:
+    """vLLM's CPU build in this process, at the same token budget, batch size and cores."""
+    from transformers import AutoConfig
+
+    from sarathi_lab.model.shape import Shape
+
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    # Set before vLLM reads them. Its KV cache is zero-filled at start: room for the batch's
+    # longest requests, in whole GiB, not more.
+    elem_bytes = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    kv_bytes = batch_size * max_model_len * Shape.of(
+        AutoConfig.from_pretrained(model_dir)).kv_bytes_per_token(elem_bytes)
+    os.environ.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
+                       "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
+                       "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+                       "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_bytes / 2**30))),
+                       "VLLM_LOGGING_LEVEL": "WARNING"})
+    from vllm import LLM, SamplingParams
+
+    logging.getLogger("vllm").setLevel(logging.WARNING)
+    llm = LLM(model=model_dir, skip_tokenizer_init=True, dtype=dtype, enable_prefix_caching=False,
+              enable_chunked_prefill=True, max_num_batched_tokens=token_budget,
+              max_num_seqs=batch_size, max_model_len=max_model_len, seed=0)
+
+    def serve(prompts: list[list[int]], new_tokens: list[int]) -> list[list[int]]:
+        params = [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True,
+                                 detokenize=False)
+                  for n in new_tokens]
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outs]
+
+    return serve
+
+
 @torch.no_grad()
 def hf_static_generate(model, prompts: list[list[int]], new_tokens: list[int],
                        batch_size: int) -> list[list[int]]:
@@ -111,9 +152,9 @@ def _systems(args, model_dir: str, hf) -> tuple[dict[str, Serve], dict]:
         engines[f"sarathi_lab/{name}"] = llm
         systems[f"sarathi_lab/{name}"] = partial(llm.generate,
                                                  sampling=SamplingParams(ignore_eos=True))
-    if args.vllm and vllm_cpu.available():
-        systems["vllm-cpu"] = vllm_cpu.build(model_dir, args.threads, args.dtype, batch, budget,
-                                             max_len + 16)
+    if args.vllm and vllm_available():
+        systems["vllm-cpu"] = vllm_cpu(model_dir, args.threads, args.dtype, batch, budget,
+                                       max_len + 16)
     elif args.vllm:
         print("# vLLM-CPU: not installed in this environment, skipped (setup: docs/benchmarks.md)")
     systems["transformers/generate"] = lambda p, n: hf_static_generate(hf, p, n, batch)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from sarathi_kernels.tolerances import COMPILED_TOLERANCE
+from sarathi_kernels.tolerances import COMPILED_TOLERANCE as TOLERANCE
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -23,9 +23,6 @@ from sarathi_lab.engine.timer import time_interleaved
 from sarathi_lab.measure.profiling.attention import context_slot_mapping, paged_batch, paged_cache
 from sarathi_lab.measure.profiling.attention_grid import CUDNN, ENGINE, FLEX, SDPA, Case
 from sarathi_lab.model.floors import attention_floor
-
-# The tolerances measure/profiling/kernel_check.py holds the kernel to.
-TOLERANCE = COMPILED_TOLERANCE
 
 
 @dataclass
@@ -40,10 +37,9 @@ class Inputs:
     scale: float
 
 
-def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size: int,
-                seed: int = 0) -> Inputs:
+def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size: int) -> Inputs:
     """Unused cache slots are NaN, so that a kernel reading outside its tables shows."""
-    gen = torch.Generator(device).manual_seed(seed)
+    gen = torch.Generator(device).manual_seed(0)
     b, h, kvh, d = case.batch, case.heads, case.kv_heads, case.head_dim
     n, ctx = case.query_len, case.context
     q = torch.randn(b, n, h, d, generator=gen, device=device).to(dtype)
@@ -55,10 +51,6 @@ def make_inputs(case: Case, dtype: torch.dtype, device: torch.device, block_size
     k_cache, v_cache = (paged_cache(x.flatten(0, 1), slots, num_blocks, block_size) for x in (k, v))
     return Inputs(q.flatten(0, 1), k_cache, v_cache, meta, q.transpose(1, 2).contiguous(),
                   k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous(), d ** -0.5)
-
-
-def as_engine_rows(out: torch.Tensor) -> torch.Tensor:
-    return out.transpose(1, 2).flatten(0, 1)
 
 
 def engine_call(x: Inputs, planned: bool = False, **launch) -> Callable[[], torch.Tensor]:
@@ -136,10 +128,9 @@ def rel_diff(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size: int, reps: int,
-            warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
-            seed: int = 0) -> dict:
+            warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float) -> dict:
     """Each contender's median ms (None where it failed or disagreed: ``<name>_error`` says why)."""
-    x = make_inputs(case, dtype, device, block_size, seed)
+    x = make_inputs(case, dtype, device, block_size)
     flash = device.type == "cuda"
     builders = {ENGINE: lambda: engine_call(x, planned=True),
                 SDPA: lambda: sdpa_call(case, x, SDPBackend.FLASH_ATTENTION if flash else None)}
@@ -155,24 +146,24 @@ def measure(case: Case, *, dtype: torch.dtype, device: torch.device, block_size:
                  "sdpa_backend": "flash" if flash else "default (no flash backend off CUDA)",
                  "flex_compiled": flex is not None and flex.compiled,
                  "peers_not_available": " ".join(p for p in case.peers if p not in builders)}
-    convert = {name: as_engine_rows for name in peers}
-    time_checked(builders, (ENGINE, *peers), x, row, device, reps, warmup, convert)
+    time_checked(builders, (ENGINE, *peers), x, row, device, reps, warmup, peers)
     least = attention_floor(case.heads, case.kv_heads, case.head_dim, case.query_lens,
                             case.context_lens, dtype.itemsize, copy_gbps, matmul_gflops)
     row |= {"floor_ms": least.seconds * 1e3, "floor_bound": least.bound, "flops": least.flops,
             "bytes": least.bytes}
-    timed = [row[f"{p}_ms"] for p in peers if row[f"{p}_ms"] is not None]
+    best = min((row[f"{p}_ms"] for p in peers if row[f"{p}_ms"] is not None), default=None)
     engine = row[f"{ENGINE}_ms"]
-    row["best_peer_ms"] = min(timed) if timed else None
-    row["over_best_peer"] = engine / min(timed) if engine is not None and timed else None
-    row["over_floor"] = engine / row["floor_ms"] if engine is not None else None
-    row["max_rel_diff"] = max((row[k] for k in row if k.endswith("_rel_diff")), default=None)
-    return row
+    return row | {"best_peer_ms": best,
+                  "over_best_peer": engine / best if engine is not None and best else None,
+                  "over_floor": engine / row["floor_ms"] if engine is not None else None,
+                  "max_rel_diff": max((row[k] for k in row if k.endswith("_rel_diff")),
+                                      default=None)}
 
 
 def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, device: torch.device,
-                 reps: int, warmup: int, convert: dict[str, Callable] | None = None) -> None:
-    """First calls timed (FlexAttention's compile) and checked; the rest timed interleaved."""
+                 reps: int, warmup: int, peer_layout=()) -> None:
+    """First calls timed (FlexAttention's compile) and checked, those in ``peer_layout`` as engine
+    rows; the rest timed interleaved."""
     ref = reference.attention(x.query.float(), x.k_cache.float(), x.v_cache.float(), x.meta,
                               x.scale)
     tolerance, calls = TOLERANCE[x.query.dtype], {}
@@ -187,7 +178,7 @@ def time_checked(builders: dict[str, Callable], names, x: Inputs, row: dict, dev
             if device.type == "cuda":
                 torch.cuda.synchronize()
             row[f"{name}_first_call_s"] = time.perf_counter() - started
-            out = (convert or {}).get(name, lambda o: o)(out)
+            out = out.transpose(1, 2).flatten(0, 1) if name in peer_layout else out
         except Exception as e:  # noqa: BLE001 - a contender that cannot run this shape is a finding
             first = (str(e).strip().splitlines() or [""])[0]
             row[f"{name}_error"] = f"{type(e).__name__}: {first}"[:300]

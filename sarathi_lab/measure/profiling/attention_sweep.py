@@ -12,14 +12,9 @@ from collections.abc import Callable
 import torch
 from sarathi_kernels.split_rule import DEFAULT_RULE, SplitRule
 
+from sarathi_lab.engine.timer import time_interleaved
+from sarathi_lab.measure.profiling import attention_peers as peers
 from sarathi_lab.measure.profiling.attention_grid import Case
-from sarathi_lab.measure.profiling.attention_peers import (
-    Inputs,
-    engine_call,
-    make_inputs,
-    rel_diff,
-    time_interleaved,
-)
 from sarathi_lab.tuned_kernels import TileConfig
 
 # Prefill work (any q-tile of 2+ rows): 128 rows on 8 warps, one warpgroup per 64 rows.
@@ -54,7 +49,7 @@ def shapes(device: str) -> dict[str, list[Case]]:
                        for h, kv in heads for b, ctx in ((18, 1024), (64, 4096))]}
 
 
-def planned_splits(x: Inputs, tiles: TileConfig, rule: SplitRule = DEFAULT_RULE) -> int:
+def planned_splits(x: peers.Inputs, tiles: TileConfig, rule: SplitRule = DEFAULT_RULE) -> int:
     from sarathi_kernels.attention_plan import plan_launch
     from sarathi_kernels.occupancy import device_sm_count
 
@@ -71,8 +66,8 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
                seconds_left: Callable[[], float | None] = lambda: None,
                ) -> tuple[TileConfig, float, list[dict]]:
     """The best config (the defaults unless beaten), its score and one row per (case, contender)."""
-    inputs = [make_inputs(case, dtype, device, block_size) for case in cases]
-    defaults = [engine_call(x)().float() for x in inputs]
+    inputs = [peers.make_inputs(case, dtype, device, block_size) for case in cases]
+    defaults = [peers.engine_call(x)().float() for x in inputs]
     ratios: dict[TileConfig, list[float]] = {}
     rows = []
     for tiles in TILES[kind][:limit]:
@@ -84,13 +79,13 @@ def sweep_kind(kind: str, cases: list[Case], *, dtype: torch.dtype, device: torc
             row = {"kind": kind, "shape": case.label, "tiles": tiles_label(tiles),
                    "splits": "planned"}
             try:
-                call = engine_call(x, **tiles.launch_kwargs())
-                diff = rel_diff(call(), reference)
+                call = peers.engine_call(x, **tiles.launch_kwargs())
+                diff = peers.rel_diff(call(), reference)
                 row["rel_diff"] = diff
                 if diff > MAX_REL_DIFF:
                     raise ValueError(f"rel diff {diff:.3g} > {MAX_REL_DIFF}")
-                times = time_interleaved({"default": engine_call(x), "tiles": call}, reps, device,
-                                         warmup)
+                times = time_interleaved({"default": peers.engine_call(x), "tiles": call}, reps,
+                                         device, warmup)
                 row |= {"ms": statistics.median(times["tiles"]),
                         "default_ms": statistics.median(times["default"])}
                 ratios[tiles].append(row["ms"] / row["default_ms"])
@@ -114,8 +109,8 @@ def _split_rows(kind, cases, inputs, tiles: TileConfig, reps, device, warmup) ->
     for case, x in zip(cases, inputs):
         planned = planned_splits(x, tiles)
         counts = sorted({max(1, round(planned * s)) for s in SPLIT_SCALES})
-        calls = {f"splits={n}": engine_call(x, num_splits=n,
-                                            **tiles.launch_kwargs()) for n in counts}
+        calls = {f"splits={n}": peers.engine_call(x, num_splits=n, **tiles.launch_kwargs())
+                 for n in counts}
         times = time_interleaved(calls, reps, device, warmup)
         by_rule = json.dumps({rule_label(r): planned_splits(x, tiles, r) for r in RULE_GRID})
         rows += [{"kind": kind, "shape": case.label, "tiles": tiles_label(tiles),
@@ -132,16 +127,11 @@ def rule_label(rule: SplitRule) -> str:
 
 def _loss(times: dict[int, float], count: int) -> float:
     """Interpolated in log2(count) between the counts timed, the nearest end's time outside them."""
-    counts = sorted(times)
-    if count <= counts[0] or count >= counts[-1]:
-        ms = times[counts[0] if count <= counts[0] else counts[-1]]
-    else:
-        hi = next(c for c in counts if c >= count)
-        lo = max(c for c in counts if c <= count)
-        log2 = math.log2
-        w = 0.0 if hi == lo else (log2(count) - log2(lo)) / (log2(hi) - log2(lo))
-        ms = times[lo] * (1 - w) + times[hi] * w
-    return ms / min(times.values())
+    lo = max((c for c in times if c <= count), default=min(times))
+    hi = min((c for c in times if c >= count), default=max(times))
+    log2 = math.log2
+    w = 0.0 if hi == lo else (log2(count) - log2(lo)) / (log2(hi) - log2(lo))
+    return (times[lo] * (1 - w) + times[hi] * w) / min(times.values())
 
 
 def fit_split_rule(rows: list[dict]) -> tuple[SplitRule, float]:

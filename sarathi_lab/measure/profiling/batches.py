@@ -53,8 +53,7 @@ class SyntheticBatches:
         # The scheduler refuses these: past the rotary table reads out of bounds (silent on CPU).
         if total > self.max_len:
             raise ValueError(f"a request of {total} tokens is invalid: the model allows at most "
-                             f"{self.max_len} "
-                             "(max_model_len)")
+                             f"{self.max_len} (max_model_len)")
         seq = Sequence(self.next_id, [self.rng.randrange(self.vocab) for _ in range(total)],
                        max_new_tokens=1)
         self.next_id += 1
@@ -68,13 +67,10 @@ class SyntheticBatches:
         ``decodes`` at ``context`` each."""
         if self._pool is not None:
             self._lay_out()
-        batch = ScheduledBatch()
-        for chunk, before in prefills:
-            batch.prefills.append(ScheduledChunk(self._request(before + chunk, before, before
-                                                               + chunk), chunk))
-        batch.decodes = [self._request(context, context - 1, context * 3 // 4)
-                         for _ in range(decodes)]
-        return batch
+        return ScheduledBatch([ScheduledChunk(self._request(before + c, before, before + c), c)
+                               for c, before in prefills],
+                              [self._request(context, context - 1, context * 3 // 4)
+                               for _ in range(decodes)])
 
     def free(self, batch: ScheduledBatch) -> None:
         """Laid-out batches keep theirs in the claimed pool."""

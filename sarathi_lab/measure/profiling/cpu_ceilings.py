@@ -12,14 +12,7 @@ from datetime import datetime, timezone
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import DTYPES
-from sarathi_lab.sim.device import (
-    MEASURE_COMMAND,
-    cpu_ceilings_key,
-    cpu_ceilings_path,
-    cpu_name,
-    device_dtype,
-    read_cpu_ceilings,
-)
+from sarathi_lab.sim import device as sim
 
 log = logging.getLogger(__name__)
 
@@ -30,22 +23,22 @@ def measure(dtype: str = "bfloat16") -> dict:
 
     import torch
 
-    from sarathi_lab.measure.profiling.ceilings import FULL, measure_ceilings
+    from sarathi_lab.measure.profiling.ceilings import measure_ceilings
 
-    run = device_dtype("cpu", dtype)
-    ceil = measure_ceilings("cpu", getattr(torch, run), **FULL)
-    entry = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops, "cpu": cpu_name(),
-             "dtype": run, "threads": ceil.threads, "copy_mib": ceil.copy_mib,
-             "matmul_n": ceil.matmul_n,
+    run = sim.device_dtype("cpu", dtype)
+    ceil = measure_ceilings("cpu", getattr(torch, run))
+    entry = {"copy_gbps": ceil.copy_gbps, "matmul_gflops": ceil.matmul_gflops,
+             "cpu": sim.cpu_name(), "dtype": run, "threads": ceil.threads,
+             "copy_mib": ceil.copy_mib, "matmul_n": ceil.matmul_n,
              "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-             "writer": MEASURE_COMMAND}
-    path = cpu_ceilings_path()
+             "writer": sim.MEASURE_COMMAND}
+    path = sim.cpu_ceilings_path()
     try:
-        entries = read_cpu_ceilings(path)
+        entries = sim.read_cpu_ceilings(path)
     except ValueError as e:
         log.warning("the CPU ceilings %s are %s: writing them anew", path, e)
         entries = {}
-    entries[cpu_ceilings_key(dtype)] = entry
+    entries[sim.cpu_ceilings_key(dtype)] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(entries, indent=1))
@@ -56,7 +49,7 @@ def measure(dtype: str = "bfloat16") -> dict:
 def ensure(dtype: str = "bfloat16") -> None:
     """Where its file holds none in ``dtype`` (or cannot be read)."""
     try:
-        if cpu_ceilings_key(dtype) in read_cpu_ceilings(cpu_ceilings_path()):
+        if sim.cpu_ceilings_key(dtype) in sim.read_cpu_ceilings(sim.cpu_ceilings_path()):
             return
     except ValueError:
         pass
@@ -64,11 +57,11 @@ def ensure(dtype: str = "bfloat16") -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = cli_args.Parser(prog=MEASURE_COMMAND, description=__doc__.splitlines()[0])
+    parser = cli_args.Parser(prog=sim.MEASURE_COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=DTYPES)
     args = parser.parse_args(argv)
     entry = measure(args.dtype)
-    print(f"{cpu_ceilings_path()}: {cpu_ceilings_key(args.dtype)}: "
+    print(f"{sim.cpu_ceilings_path()}: {sim.cpu_ceilings_key(args.dtype)}: "
           f"copy {entry['copy_gbps']:.3g} GB/s, matmul {entry['matmul_gflops']:.3g} GFLOP/s "
           f"with {entry['threads']} threads")
     return entry

@@ -52,12 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         env = json.loads(args.env.read_text())
         (gbps, which), tflops = memory_ceiling(env), float(env["matmul_tflops"])
-        ceilings = gbps, tflops
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         parser.error(f"--env={args.env} is invalid: must be an env step's env.json with read_gbps "
                      f"or copy_gbps and matmul_tflops ({type(e).__name__})")
     print(f"{env.get('device', '?')}: {which} {gbps:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s\n")
-    print(markdown(rows(*ceilings)))
+    print(markdown(rows(gbps, tflops)))
     return 0
 
 

@@ -6,52 +6,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sarathi_lab.attention import AttentionMetadata
+from sarathi_lab.measure.profiling import attention_peers as peers
+from sarathi_lab.measure.profiling import hybrid_grid as grid
 from sarathi_lab.measure.profiling.attention import context_slot_mapping, paged_batch, paged_cache
 from sarathi_lab.measure.profiling.attention_grid import FLEX, SDPA, Case
-from sarathi_lab.measure.profiling.attention_peers import (
-    Flex,
-    Inputs,
-    engine_call,
-    sdpa_call,
-    time_checked,
-)
-from sarathi_lab.measure.profiling.hybrid_grid import (
-    CONTENDERS,
-    ONE_LAUNCH,
-    PEERS,
-    POD,
-    POD_BY_PROGRAM,
-    POD_X1,
-    SEQUENTIAL,
-    TWO_LAUNCHES,
-    HybridCase,
-)
 from sarathi_lab.model.floors import attention_floor
 
 
-@dataclass
-class HybridInputs:
-    query: torch.Tensor  # [chunk + decodes, heads, head_dim], the chunk first
-    k_cache: torch.Tensor  # [blocks, block_size, kv_heads, head_dim], unused slots NaN
-    v_cache: torch.Tensor
-    meta: AttentionMetadata
-    chunk: Inputs
-    q_dec: torch.Tensor
-    k_dec: torch.Tensor
-    v_dec: torch.Tensor
-    scale: float
-
-
-def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, block_size: int,
-                seed: int = 0) -> HybridInputs:
-    gen = torch.Generator(device).manual_seed(seed)
+def make_inputs(case: grid.HybridCase, dtype: torch.dtype, device: torch.device,
+                block_size: int) -> tuple[peers.Inputs, peers.Inputs]:
+    """The whole batch (the chunk first; q, k, v: the decodes' in SDPA's layout), the chunk."""
+    gen = torch.Generator(device).manual_seed(0)
     h, kvh, d = case.heads, case.kv_heads, case.head_dim
     c, b, ctx = case.chunk, case.decodes, case.context
     query = torch.randn(c + b, h, d, generator=gen, device=device).to(dtype)
@@ -63,13 +33,13 @@ def make_inputs(case: HybridCase, dtype: torch.dtype, device: torch.device, bloc
     k_cache, v_cache = (paged_cache(x.flatten(0, 1), slots, num_blocks, block_size) for x in (k, v))
     # [requests, kv_heads, ctx, d]
     k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
-    chunk = Inputs(query[:c], k_cache, v_cache, meta, query[:c].transpose(0, 1)[None].contiguous(),
-                   k[:1], v[:1], d ** -0.5)
-    return HybridInputs(query, k_cache, v_cache, meta, chunk, query[c:, :, None].contiguous(),
-                        k[1:], v[1:], d ** -0.5)
+    chunk = peers.Inputs(query[:c], k_cache, v_cache, meta,
+                         query[:c].transpose(0, 1)[None].contiguous(), k[:1], v[:1], d ** -0.5)
+    return peers.Inputs(query, k_cache, v_cache, meta, query[c:, :, None].contiguous(), k[1:],
+                        v[1:], d ** -0.5), chunk
 
 
-def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,
+def pod_call(x: peers.Inputs, ctas_per_sm: int, flops_per_byte: float,
              sm_of: str | None = None) -> tuple[Callable[[], torch.Tensor], float]:
     """The plan made beforehand (once an iteration in the engine), and its host ms."""
     from sarathi_kernels.pod_attention import PodWork, plan_batch, pod_attention
@@ -88,7 +58,7 @@ def pod_call(x: HybridInputs, ctas_per_sm: int, flops_per_byte: float,
                                   sm_of=sm_of)), plan_ms
 
 
-def two_launches_call(x: HybridInputs) -> Callable[[], torch.Tensor]:
+def two_launches_call(x: peers.Inputs) -> Callable[[], torch.Tensor]:
     from sarathi_kernels.paged_attention import paged_attention
 
     m, out = x.meta, torch.empty_like(x.query)
@@ -105,36 +75,30 @@ def two_launches_call(x: HybridInputs) -> Callable[[], torch.Tensor]:
     return call
 
 
-def _decodes_sdpa(x: HybridInputs, flash: bool) -> Callable[[], torch.Tensor]:
-    gqa = x.q_dec.shape[1] != x.k_dec.shape[1]
-
-    def call() -> torch.Tensor:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION) if flash else nullcontext():
-            return F.scaled_dot_product_attention(x.q_dec, x.k_dec, x.v_dec, scale=x.scale,
-                                                  enable_gqa=gqa)[:, :, 0]
-    return call
-
-
-def peer_call(name: str, case: HybridCase, x: HybridInputs, flash: bool,
-              flex: Flex | None) -> Callable[[], torch.Tensor]:
+def peer_call(name: str, case: grid.HybridCase, x: peers.Inputs, chunk: peers.Inputs, flash: bool,
+              flex: peers.Flex | None) -> Callable[[], torch.Tensor]:
     """A peer's chunk, then SDPA's decodes, as engine rows."""
     chunk_case = Case("chunk", case.heads, case.kv_heads, case.head_dim, case.chunk, case.context)
-    backend = SDPBackend.FLASH_ATTENTION if flash else None
     if name == FLEX:
-        chunk = flex.call(chunk_case, x.chunk)
+        chunk_fn = flex.call(chunk_case, chunk)
     else:
-        chunk = sdpa_call(chunk_case, x.chunk, backend)
-    decodes = _decodes_sdpa(x, flash)
-    return lambda: torch.cat([chunk()[0].transpose(0, 1), decodes()])
+        chunk_fn = peers.sdpa_call(chunk_case, chunk, SDPBackend.FLASH_ATTENTION if flash else None)
+    gqa = x.q.shape[1] != x.k.shape[1]
+
+    def decodes() -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION) if flash else nullcontext():
+            return F.scaled_dot_product_attention(x.q, x.k, x.v, scale=x.scale,
+                                                  enable_gqa=gqa)[:, :, 0]
+    return lambda: torch.cat([chunk_fn()[0].transpose(0, 1), decodes()])
 
 
-def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block_size: int,
-            reps: int, warmup: int, flex: Flex | None, copy_gbps: float, matmul_gflops: float,
-            seed: int = 0) -> dict:
+def measure(case: grid.HybridCase, *, dtype: torch.dtype, device: torch.device, block_size: int,
+            reps: int, warmup: int, flex: peers.Flex | None, copy_gbps: float,
+            matmul_gflops: float) -> dict:
     """Each contender's median ms (None and ``<name>_error`` where not), floors, ratios."""
     from sarathi_kernels.pod_plan import CTAS_PER_SM, flops_per_byte_of
 
-    x = make_inputs(case, dtype, device, block_size, seed)
+    x, chunk = make_inputs(case, dtype, device, block_size)
     flash = device.type == "cuda"
     rate = flops_per_byte_of(matmul_gflops, copy_gbps)
     row: dict = {"shape": case.label, "heads": case.heads, "kv_heads": case.kv_heads,
@@ -142,24 +106,26 @@ def measure(case: HybridCase, *, dtype: torch.dtype, device: torch.device, block
                  "context": case.context, "dtype": str(dtype).removeprefix("torch."),
                  "device": device.type, "ctas_per_sm": CTAS_PER_SM, "flops_per_byte": rate}
     builders: dict[str, Callable[[], Callable[[], torch.Tensor]]] = {
-        ONE_LAUNCH: lambda: engine_call(x), TWO_LAUNCHES: lambda: two_launches_call(x),
-        SDPA: lambda: peer_call(SDPA, case, x, flash, flex)}
+        grid.ONE_LAUNCH: lambda: peers.engine_call(x),
+        grid.TWO_LAUNCHES: lambda: two_launches_call(x),
+        SDPA: lambda: peer_call(SDPA, case, x, chunk, flash, flex)}
     # None: pod_attention's own choice
-    for name, lanes, sm_of in ((POD, CTAS_PER_SM, None), (POD_BY_PROGRAM, CTAS_PER_SM, "program"),
-                               (POD_X1, 1, None)):
+    pods = ((grid.POD, CTAS_PER_SM, None), (grid.POD_BY_PROGRAM, CTAS_PER_SM, "program"),
+            (grid.POD_X1, 1, None))
+    for name, lanes, sm_of in pods:
         def build(lanes=lanes, name=name, sm_of=sm_of):
             fn, row[f"{name}_plan_ms"] = pod_call(x, lanes, rate, sm_of)
             return fn
         builders[name] = build
     if flex is not None:
-        builders[FLEX] = lambda: peer_call(FLEX, case, x, flash, flex)
-    time_checked(builders, CONTENDERS, x, row, device, reps, warmup)
+        builders[FLEX] = lambda: peer_call(FLEX, case, x, chunk, flash, flex)
+    peers.time_checked(builders, grid.CONTENDERS, x, row, device, reps, warmup)
     row |= floors(case, dtype.itemsize, copy_gbps, matmul_gflops)
     row |= ratios(row)
     return row
 
 
-def floors(case: HybridCase, elem_bytes: int, copy_gbps: float, matmul_gflops: float) -> dict:
+def floors(case: grid.HybridCase, elem_bytes: int, copy_gbps: float, matmul_gflops: float) -> dict:
     """What co-scheduling can win at most is their difference."""
     def least(query_lens, context_lens):
         return attention_floor(case.heads, case.kv_heads, case.head_dim, query_lens, context_lens,
@@ -175,20 +141,16 @@ def floors(case: HybridCase, elem_bytes: int, copy_gbps: float, matmul_gflops: f
 
 def ratios(row: dict) -> dict:
     """The control (one lane an SM) over the sequential way too."""
-    def best(names):
-        found = [row[f"{n}_ms"] for n in names if row.get(f"{n}_ms") is not None]
-        return min(found) if found else None
-
-    sequential, peer = best(SEQUENTIAL), best(PEERS)
-    pod, control = row.get(f"{POD}_ms"), row.get(f"{POD_X1}_ms")
+    sequential, peer = (min((row[f"{n}_ms"] for n in names if row.get(f"{n}_ms") is not None),
+                            default=None) for names in (grid.SEQUENTIAL, grid.PEERS))
+    pod, control = row.get(f"{grid.POD}_ms"), row.get(f"{grid.POD_X1}_ms")
 
     def over(a, b):
         return a / b if a is not None and b else None
 
-    diffs = [row[k] for k in row if k.endswith("_rel_diff")]
     return {"sequential_ms": sequential, "best_peer_ms": peer,
             "over_sequential": over(pod, sequential),
             "control_over_sequential": over(control, sequential), "over_best_peer": over(pod, peer),
             "over_floor": over(pod, row["floor_ms"]),
             "floor_over_sequential_floor": over(row["floor_ms"], row["sequential_floor_ms"]),
-            "max_rel_diff": max(diffs, default=None)}
+            "max_rel_diff": max((row[k] for k in row if k.endswith("_rel_diff")), default=None)}

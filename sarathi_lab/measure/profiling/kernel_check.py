@@ -35,14 +35,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 from sarathi_lab.attention import reference
 from sarathi_lab.attention.torch_backend import TorchAttention
 from sarathi_lab.config import DTYPES, EngineConfig
-from sarathi_lab.measure.profiling.attention import (
-    LLAMA_HEAD_DIM,
-    LLAMA_HEADS,
-    LLAMA_KV_HEADS,
-    context_slot_mapping,
-    paged_batch,
-    paged_cache,
-)
+from sarathi_lab.measure.profiling import attention as paged
 from sarathi_lab.measure.profiling.attention_peers import rel_diff
 from sarathi_lab.measure.profiling.ceilings import copy_bandwidth_gbps
 from sarathi_lab.measure.profiling.kernel_record import AttentionCase, KernelCheck, Timing, Verdict
@@ -56,18 +49,18 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def make_inputs(prefills, decodes, heads, kv_heads, head_dim, block_size, dtype):
     query_lens, seq_lens = (list(x) for x in zip(*prefills, *decodes))
-    meta, num_blocks = paged_batch(query_lens, seq_lens, num_prefills=len(prefills),
-                                   block_size=block_size, device=DEV)
-    slots = context_slot_mapping(meta, block_size)
-    k_cache, v_cache = (paged_cache(torch.randn(len(slots), kv_heads, head_dim,
-                                                device=DEV).to(dtype), slots,
-                                    num_blocks, block_size) for _ in range(2))
+    meta, num_blocks = paged.paged_batch(query_lens, seq_lens, num_prefills=len(prefills),
+                                         block_size=block_size, device=DEV)
+    slots = paged.context_slot_mapping(meta, block_size)
+    k_cache, v_cache = (paged.paged_cache(torch.randn(len(slots), kv_heads, head_dim,
+                                                      device=DEV).to(dtype),
+                                          slots, num_blocks, block_size) for _ in range(2))
     query = torch.randn(sum(query_lens), heads, head_dim, device=DEV).to(dtype)
     return query, k_cache, v_cache, meta
 
 
-def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None, decodes=None,
-                    **launch) -> float:
+def check_attention(record: KernelCheck, dtype, head_dim, heads, kv_heads, block_size, name="",
+                    prefills=None, decodes=None, **launch) -> None:
     """Max |err| / max |ref|; ``planned=True``: the engine's plan of the batch for this GPU."""
     if prefills is None:
         prefills = [(512, 512), (256, 1280), (37, 37), (5, 999)]
@@ -83,9 +76,12 @@ def check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills=None,
     paged_attention(query, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
                     scale, max_query_len=meta.max_query_len, out=out, **launch)
     ref = reference.attention(query.float(), k_cache.float(), v_cache.float(), meta, scale)
-    if out.isnan().any():
-        return float("nan")
-    return rel_diff(out, ref)
+    err = float("nan") if out.isnan().any() else rel_diff(out, ref)
+    passed = err < TOLERANCE[dtype]
+    record.attention.append(AttentionCase(dtype_name(dtype), head_dim, heads, kv_heads, block_size,
+                                          err, passed, name))
+    print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: "
+          f"{err:.2e} {'ok' if passed else 'FAIL'}" + (f"  ({name})" if name else ""))
 
 
 def check_write(dtype, block_size) -> bool:
@@ -164,7 +160,7 @@ def run_checks(record: KernelCheck, quick: bool) -> None:
         grid = [(d, 128, (32, 8), 16) for d in dtypes]
     print("attention vs attention/reference.py (max |err| / max |ref|)")
     for dtype, head_dim, (heads, kv_heads), block_size in grid:
-        _attention_case(record, dtype, head_dim, heads, kv_heads, block_size)
+        check_attention(record, dtype, head_dim, heads, kv_heads, block_size)
     # Batches too small to fill the GPU split their KV walk (as planned for this GPU, and forced).
     split_cases = (("chunk 64 over 3072", [(64, 3136)], [], {}),
                    ("decode 1 x 4096", [], [(1, 4096)], {}),
@@ -176,7 +172,7 @@ def run_checks(record: KernelCheck, quick: bool) -> None:
                     [(130, 2178), (40, 40)], [(1, 3000), (1, 17)], {"planned": True}))
     for dtype, (heads, kv_heads), (name, prefills, decodes, launch) in itertools.product(
             dtypes, ((40, 40), (32, 8)), split_cases if not quick else split_cases[:1]):
-        _attention_case(record, dtype, 128, heads, kv_heads, 16, name, prefills, decodes, **launch)
+        check_attention(record, dtype, 128, heads, kv_heads, 16, name, prefills, decodes, **launch)
     for dtype, block_size in itertools.product(dtypes, (16, 32)):
         passed = check_write(dtype, block_size)
         record.kv_writes.append(Verdict(dtype_name(dtype), f"block={block_size}", passed))
@@ -187,21 +183,17 @@ def run_checks(record: KernelCheck, quick: bool) -> None:
             print(f"  pointwise {dtype!s:15} {op}: {'ok' if passed else 'FAIL'}")
 
 
-def _attention_case(record: KernelCheck, dtype, head_dim, heads, kv_heads, block_size, name="",
-                    prefills=None, decodes=None, **launch) -> None:
-    err = check_attention(dtype, head_dim, heads, kv_heads, block_size, prefills, decodes, **launch)
-    passed = err < TOLERANCE[dtype]
-    record.attention.append(AttentionCase(dtype_name(dtype), head_dim, heads, kv_heads, block_size,
-                                          err, passed, name))
-    print(f"  {dtype!s:15} d={head_dim:3} heads={heads}/{kv_heads:<2} block={block_size}: "
-          f"{err:.2e} {'ok' if passed else 'FAIL'}" + (f"  ({name})" if name else ""))
-
-
 # Llama-3-8B's heads in the engine's blocks; the GPU suite reads the case to label its figure.
-TIMED_HEADS, TIMED_HEAD_DIM = (LLAMA_HEADS, LLAMA_KV_HEADS), LLAMA_HEAD_DIM
+TIMED_HEADS, TIMED_HEAD_DIM = (paged.LLAMA_HEADS, paged.LLAMA_KV_HEADS), paged.LLAMA_HEAD_DIM
 TIMED_BLOCK = EngineConfig.block_size
 TIMED_CASE = (f"Llama-3-8B attention ({TIMED_HEADS[0]}/{TIMED_HEADS[1]} heads, "
               f"d={TIMED_HEAD_DIM}), block {TIMED_BLOCK}")
+# (name, prefills, decodes): (query, context) per request.
+TIMED_BATCHES = (("64 decodes x 2048 ctx", [], [(1, 2048)] * 64),
+                 ("256 decodes x 512 ctx", [], [(1, 512)] * 256),
+                 ("prefill 2048 whole", [(2048, 2048)], []),
+                 ("chunk 512 after 1536", [(512, 2048)], []),
+                 ("chunk 512 after 1536 + 32 decodes", [(512, 2048)], [(1, 2048)] * 32))
 
 
 def time_case(record: KernelCheck, name, prefills, decodes, dtype, copy_gbps):
@@ -229,15 +221,12 @@ def run_timings(record: KernelCheck, dtype) -> None:
     record.timed_case, record.timed_dtype = TIMED_CASE, dtype_name(dtype)
     record.copy_gbps = copy_gbps
     print(f"timings, {dtype}, {record.timed_case}; copy bandwidth {copy_gbps:.0f} GB/s")
-    time_case(record, "64 decodes x 2048 ctx", [], [(1, 2048)] * 64, dtype, copy_gbps)
-    time_case(record, "256 decodes x 512 ctx", [], [(1, 512)] * 256, dtype, copy_gbps)
-    time_case(record, "prefill 2048 whole", [(2048, 2048)], [], dtype, copy_gbps)
-    time_case(record, "chunk 512 after 1536", [(512, 2048)], [], dtype, copy_gbps)
-    time_case(record, "chunk 512 after 1536 + 32 decodes", [(512, 2048)], [(1, 2048)] * 32, dtype,
-              copy_gbps)
+    for name, prefills, decodes in TIMED_BATCHES:
+        time_case(record, name, prefills, decodes, dtype, copy_gbps)
     kv_heads, head_dim, block = TIMED_HEADS[1], TIMED_HEAD_DIM, TIMED_BLOCK
     key = torch.randn(4096, kv_heads, head_dim, device=DEV, dtype=dtype)
-    meta, num_blocks = paged_batch([4096], [4096], num_prefills=1, block_size=block, device=DEV)
+    meta, num_blocks = paged.paged_batch([4096], [4096], num_prefills=1, block_size=block,
+                                         device=DEV)
     k_cache = torch.empty(num_blocks, block, kv_heads, head_dim, device=DEV, dtype=dtype)
     v_cache = torch.empty_like(k_cache)
     ms = do_bench(lambda: write_kv_cache(key, key, k_cache, v_cache, meta.slot_mapping),

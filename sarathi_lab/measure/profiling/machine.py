@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from sarathi_kernels.cpu_build import cpuinfo
 
 from sarathi_lab.harness.environment import device_name
-from sarathi_lab.host_features import cpu_has_bf16_units, run_dtype, usable_cores
+from sarathi_lab.host_features import cpu_has_bf16_units, usable_cores
 from sarathi_lab.measure.profiling import isa
 from sarathi_lab.sim.device import cpu_name  # the simulator keys ceilings by it
 
@@ -42,11 +42,6 @@ def llc_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int
         if size[:-1].isdigit() and size[-1] in units:
             sizes[level] = int(size[:-1]) * units[size[-1]]
     return sizes[max(sizes)] >> 20 if sizes else None
-
-
-def fast_dtype(device: str) -> str:
-    """The dtype the engine itself runs when asked for bfloat16."""
-    return run_dtype("bfloat16", device)
 
 
 def machine_record(device: torch.device | str = "cpu") -> dict:

@@ -77,6 +77,5 @@ def refuse_cut(llm, batch: ScheduledBatch) -> None:
         raise ConfigError(
             f"engine.overlap={rule.mode!r} is invalid with an op breakdown of a batch it cuts "
             f"({batch.num_tokens} tokens, {len(batch.decodes)} decodes: nano-batches at token "
-            f"{at}): "
-            "the hooks time each op between device syncs, which serialise the two streams; "
+            f"{at}): the hooks time each op between device syncs, which serialise the two streams; "
             "allowed: none (the launch step's timeline.csv times the streams)")

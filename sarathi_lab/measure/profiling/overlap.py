@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -17,8 +18,8 @@ from sarathi_lab.model.nano_batch import NO_OVERLAP, OverlapRule
 OVERLAP = OverlapRule("nano_batch")
 
 
-def measure_overlap(llm, chunk: int, decodes: int, context: int, reps: int,
-                    rule: OverlapRule = OVERLAP) -> tuple[dict, list[dict]]:
+def measure_overlap(llm, chunk: int, decodes: int, context: int,
+                    reps: int) -> tuple[dict, list[dict]]:
     """The forward's ms whole and nano-batched (interleaved medians), the outputs' largest
     difference and greedy agreement; the nano-batched kernels per stream (none off CUDA)."""
     runner, clock = llm.engine.executor.runner, llm.engine.clock
@@ -28,7 +29,7 @@ def measure_overlap(llm, chunk: int, decodes: int, context: int, reps: int,
         try:
             runner.overlap = NO_OVERLAP
             whole = runner.prepare(batch)
-            runner.overlap = rule
+            runner.overlap = OVERLAP
             nano = runner.prepare(batch)
         finally:
             runner.overlap = kept
@@ -95,8 +96,7 @@ def concurrent_ms(rows: list[dict]) -> float:
     running: dict[int, int] = {}
     both_us, since = 0.0, None
     for t, step, stream in edges:
-        busy = sum(1 for n in running.values() if n > 0)
-        if busy >= 2 and since is not None:
+        if sum(n > 0 for n in running.values()) >= 2 and since is not None:
             both_us += t - since
         running[stream] = running.get(stream, 0) + step
         since = t
@@ -105,7 +105,7 @@ def concurrent_ms(rows: list[dict]) -> float:
 
 def streams_busy_ms(rows: list[dict]) -> dict[int, float]:
     """Per stream, in ms."""
-    out: dict[int, float] = {}
+    out: dict[int, float] = defaultdict(float)
     for r in rows:
-        out[r["stream"]] = out.get(r["stream"], 0.0) + r["dur_us"] / 1e3
-    return out
+        out[r["stream"]] += r["dur_us"] / 1e3
+    return dict(out)
