@@ -60,14 +60,14 @@ def load(folder: Path) -> Lease:
     """A lease's launch and env results; a ValueError naming a missing or unreadable file."""
     folder = Path(folder)
     record = _json(folder / "lease.json")
-    launch = {m["metric"]: m
-              for m in _json(folder / "steps" / "launch" / "result.json").get("metrics", [])
-              if isinstance(m, dict) and "metric" in m}
+    def metrics(step: str) -> dict[str, dict]:
+        return {m["metric"]: m for m in _json(folder / "steps" / step / "result.json").get(
+            "metrics", []) if isinstance(m, dict) and "metric" in m}
+
+    launch = metrics("launch")
     env = _json(folder / "steps" / "env" / "env.json")
     if (folder / "steps" / "env" / "result.json").is_file():
-        env |= {m["metric"]: m.get("value")
-                for m in _json(folder / "steps" / "env" / "result.json").get("metrics", [])
-                if isinstance(m, dict) and "metric" in m}
+        env |= {name: m.get("value") for name, m in metrics("env").items()}
     return Lease(folder, str(record.get("device") or folder.parent.name), launch, env)
 
 
@@ -203,13 +203,47 @@ def _shown(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def _f(value, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
+    iterations = [r for r in found if r["kind"] == "iteration"]
+    lines = [f"# Attribution: {lease.folder.name} ({lease.device.upper()})", "",
+             ("Written by `python -m sarathi_lab.analysis.attribute` from this folder's files "
+              "(definitions: [the lease README](README.md#floors-and-attribution)). Memory "
+              f"ceiling: {t.gbps:,.0f} GB/s ({t.ceiling} "
+              f"rate{'' if t.ceiling == 'read' else ': the lease measured no read rate'}). Times "
+              "in ms over all layers; parts sum to engine minus physical floor."), "",
+             ("| iteration | tokens (graph) | engine | floor | sequential | library | engine / "
+              "library | overlap gap | GEMM efficiency | attention kernels | attention over peer | "
+              "elementwise | padding | host | unattributed |"), "|---" * 15 + "|"]
+    for r in iterations:
+        lines.append(f"| {r['name']} | {r['tokens']} ({r['graph_tokens']}) | {_f(r['engine_ms'])} "
+                     f"| {_f(r['floor_ms'])} | {_f(r['sequential_floor_ms'])} | "
+                     f"{_f(r['library_floor_ms'])} | {_f(r['engine_over_library_floor'])} | "
+                     + " | ".join(_f(r[p]) for p in PARTS) + " |")
+    lines += ["", "n/a: not computable from the lease's files (csv's note says why); host: " +
+              "the launch step keeps one time per iteration, so host work is in unattributed.", "",
+              "Targets a floor puts out of reach:", ""]
+    lines += [f"- {r['name']}: {r['targets']}" for r in iterations if r["targets"]] or ["- none"]
+    lines += ["", "## The paper's claims: the device's part and the engine's", ""]
+    lines += [f"- {r['experiment']}, {r['claim']}: {r['why']}" for r in found
+              if r["kind"] == "claim"] or ["- none"]
+    lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims "
+                   "on the A6000 and the H100): "
+                   "[docs/sim/device_beside.md](../../../sim/device_beside.md), by `python -m "
+                   "sarathi_lab.measure.bench.device_beside`."), ""]
+    return "\n".join(lines)
+
+
 def write(folder: Path, found: list[dict], t: Tables, lease: Lease) -> list[Path]:
     folder = Path(folder)
     with open(folder / CSV, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
         writer.writerows({c: _shown(r.get(c)) for c in COLUMNS} for r in found)
-    (folder / MD).write_text(attribute_claims.markdown(found, t, lease))
+    (folder / MD).write_text(markdown(found, t, lease))
     # Derived from the lease's measurements, not measured: told apart from collect's files.
     derived = provenance.Provenance("computed from measured GPU", lease=folder.name,
                                     writer="python -m sarathi_lab.analysis.attribute")

@@ -94,17 +94,9 @@ def _is_str(value: Any) -> bool:
     return isinstance(value, str)
 
 
-def _is_time(value: Any) -> bool:
-    return is_number(value) and 0 <= value <= time.time() + CLOCK_SKEW_S
-
-
 def _is_name(value: Any) -> bool:
     return isinstance(value, str) and all(p not in (".", "..") and NAME_PART.fullmatch(p)
                                           for p in value.split("/"))
-
-
-def _is_mapping(value: Any) -> bool:
-    return isinstance(value, dict)
 
 
 def metric(data: Any, where: str, prefix: str) -> Metric:
@@ -138,7 +130,8 @@ def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
         _get(data, "step", where, prefix, _is_name, "a step's name (A-Z a-z 0-9 _ . = , + -)"),
         _get(data, "status", where, prefix, lambda v: v in STATUSES,
              "one of " + ", ".join(STATUSES)),
-        _get(data, "started_at", where, prefix, _is_time,
+        _get(data, "started_at", where, prefix,
+             lambda v: is_number(v) and 0 <= v <= time.time() + CLOCK_SKEW_S,
              "a time in seconds since 1970, not in the future"),
         _get(data, "seconds", where, prefix, lambda v: is_number(v) and v >= 0, "a number >= 0",
              0.0),
@@ -149,7 +142,7 @@ def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
 def summary(data: Any, where: str) -> Summary:
     if not isinstance(data, dict):
         raise invalid(where, "its content", data, "a mapping of suite and steps")
-    suite = _get(data, "suite", where, "", _is_mapping, "a mapping", {})
+    suite = _get(data, "suite", where, "", lambda v: isinstance(v, dict), "a mapping", {})
     checks = {"dry_run": (lambda v: isinstance(v, bool), "true or false"),
               "own": (lambda v: isinstance(v, bool), "true or false"),
               "commit": (_is_str, "a string"), "started": (_is_str, "a string"),
@@ -282,22 +275,18 @@ class Kept:
     summary: Summary
 
 
-def kept_lease(folder: Path) -> Kept:
-    record = read(folder / LEASE_FILE, lease)
-    if (record["device"], record["lease"]) != (folder.parent.name, folder.name):
-        raise invalid(str(folder / LEASE_FILE), "device, lease",
-                      (record["device"], record["lease"]),
-                      f"its folder's ({folder.parent.name!r}, {folder.name!r})")
-    return Kept(folder, record, read(folder / SUMMARY, summary))
-
-
 def kept_leases(gpu_docs: Path) -> list[Kept]:
     """Every kept lease by device then lease; a damaged one is skipped with a warning."""
     found = []
     for folder in sorted(p for p in Path(gpu_docs).glob("*/*") if p.is_dir()
                          and not p.is_symlink()):
         try:
-            found.append(kept_lease(folder))
+            record = read(folder / LEASE_FILE, lease)
+            if (record["device"], record["lease"]) != (folder.parent.name, folder.name):
+                raise invalid(str(folder / LEASE_FILE), "device, lease",
+                              (record["device"], record["lease"]),
+                              f"its folder's ({folder.parent.name!r}, {folder.name!r})")
+            found.append(Kept(folder, record, read(folder / SUMMARY, summary)))
         except RecordError as e:
             warn(f"{e}; the lease is skipped")
     return found
