@@ -153,12 +153,10 @@ def summary(data: Any, where: str) -> Summary:
     steps = _get(data, "steps", where, "", lambda v: isinstance(v, list), "a list of step records",
                  [])
     results = [step_result(s, where, f"steps[{i}].") for i, s in enumerate(steps)]
-    seen = set()
-    for i, result in enumerate(results):
-        if result.step in seen:
-            raise invalid(where, f"steps[{i}].step", result.step,
-                          "one record per step: it occurs twice")
-        seen.add(result.step)
+    names = [result.step for result in results]
+    if twice := next((i for i, name in enumerate(names) if name in names[:i]), None):
+        raise invalid(where, f"steps[{twice}].step", names[twice],
+                      "one record per step: it occurs twice")
     return Summary(suite, results)
 
 
