@@ -11,6 +11,7 @@ import stat
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def invalid(where: str, key: str, value: Any, allowed: str) -> RecordError:
     return RecordError(f"{where} is invalid: {key}={shown(value)}: must be {allowed}")
 
 
-def _get(data: dict, key: str, where: str, prefix: str, check, allowed: str,
+def _get(data: dict, where: str, prefix: str, key: str, check, allowed: str,
          default: Any = ...) -> Any:
     """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without)."""
     if key not in data:
@@ -103,14 +104,13 @@ def metric(data: Any, where: str, prefix: str) -> Metric:
     if not isinstance(data, dict):
         raise invalid(where, prefix.rstrip("."), data,
                       "a mapping of metric, value, unit, target, holds")
-    holds = _get(data, "holds", where, prefix, lambda v: v in (None, True, False, "True", "False"),
-                 "true, false or null", None)
-    return Metric(_get(data, "metric", where, prefix, lambda v: isinstance(v, str) and v != "",
-                       "a name"),
-                  _get(data, "value", where, prefix, lambda v: v is None
-                       or isinstance(v, (str, int, float)), "a number, a string or null"),
-                  _get(data, "unit", where, prefix, _is_str, "a string", ""),
-                  _get(data, "target", where, prefix, _is_str, "a string", ""),
+    get = partial(_get, data, where, prefix)
+    holds = get("holds", lambda v: v in (None, True, False, "True", "False"),
+                "true, false or null", None)
+    return Metric(get("metric", lambda v: isinstance(v, str) and v != "", "a name"),
+                  get("value", lambda v: v is None or isinstance(v, (str, int, float)),
+                      "a number, a string or null"),
+                  get("unit", _is_str, "a string", ""), get("target", _is_str, "a string", ""),
                   # An older suite wrote numpy's bools as text.
                   holds if not isinstance(holds, str) else holds == "True")
 
@@ -120,21 +120,17 @@ def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
     if not isinstance(data, dict):
         raise invalid(where, prefix.rstrip(".") or "its content", data,
                       "a mapping (a step's record)")
-    metrics = _get(data, "metrics", where, prefix, lambda v: isinstance(v, list),
-                   "a list of metrics", [])
-    notes = _get(data, "notes", where, prefix, lambda v: isinstance(v, list)
-                 and all(map(_is_str, v)), "a list of strings", [])
-    text = {key: _get(data, key, where, prefix, _is_str, "a string", "")
-            for key in ("error", "commit", "device", "code")}
+    get = partial(_get, data, where, prefix)
+    metrics = get("metrics", lambda v: isinstance(v, list), "a list of metrics", [])
+    notes = get("notes", lambda v: isinstance(v, list) and all(map(_is_str, v)),
+                "a list of strings", [])
+    text = {key: get(key, _is_str, "a string", "") for key in ("error", "commit", "device", "code")}
     return StepResult(
-        _get(data, "step", where, prefix, _is_name, "a step's name (A-Z a-z 0-9 _ . = , + -)"),
-        _get(data, "status", where, prefix, lambda v: v in STATUSES,
-             "one of " + ", ".join(STATUSES)),
-        _get(data, "started_at", where, prefix,
-             lambda v: is_number(v) and 0 <= v <= time.time() + CLOCK_SKEW_S,
-             "a time in seconds since 1970, not in the future"),
-        _get(data, "seconds", where, prefix, lambda v: is_number(v) and v >= 0, "a number >= 0",
-             0.0),
+        get("step", _is_name, "a step's name (A-Z a-z 0-9 _ . = , + -)"),
+        get("status", lambda v: v in STATUSES, "one of " + ", ".join(STATUSES)),
+        get("started_at", lambda v: is_number(v) and 0 <= v <= time.time() + CLOCK_SKEW_S,
+            "a time in seconds since 1970, not in the future"),
+        get("seconds", lambda v: is_number(v) and v >= 0, "a number >= 0", 0.0),
         [metric(m, where, f"{prefix}metrics[{i}].")
          for i, m in enumerate(metrics)], list(notes), **text)
 
@@ -142,15 +138,15 @@ def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
 def summary(data: Any, where: str) -> Summary:
     if not isinstance(data, dict):
         raise invalid(where, "its content", data, "a mapping of suite and steps")
-    suite = _get(data, "suite", where, "", lambda v: isinstance(v, dict), "a mapping", {})
+    suite = _get(data, where, "", "suite", lambda v: isinstance(v, dict), "a mapping", {})
     checks = {"dry_run": (lambda v: isinstance(v, bool), "true or false"),
               "own": (lambda v: isinstance(v, bool), "true or false"),
               "commit": (_is_str, "a string"), "started": (_is_str, "a string"),
               "budget_min": (lambda v: v is None or (is_number(v) and v > 0),
                              "minutes > 0 or null")}
     for key, (check, allowed) in checks.items():
-        _get(suite, key, where, "suite.", check, allowed, None)
-    steps = _get(data, "steps", where, "", lambda v: isinstance(v, list), "a list of step records",
+        _get(suite, where, "suite.", key, check, allowed, None)
+    steps = _get(data, where, "", "steps", lambda v: isinstance(v, list), "a list of step records",
                  [])
     results = [step_result(s, where, f"steps[{i}].") for i, s in enumerate(steps)]
     names = [result.step for result in results]
@@ -176,7 +172,7 @@ def lease(data: Any, where: str) -> dict[str, Any]:
                                  and all(map(_is_str, v.values())),
                                  "a mapping of step names to statuses")}
     for key, (check, allowed) in checks.items():
-        _get(data, key, where, "", check, allowed)
+        _get(data, where, "", key, check, allowed)
     if not data["lease"].endswith("_" + data["commit"]):
         raise invalid(where, "commit", data["commit"],
                       f"the commit its lease {data['lease']!r} names")
