@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sarathi_lab import cli_args, provenance
-from sarathi_lab.analysis import attribute_claims
 from sarathi_lab.analysis import library_floor as lib
 from sarathi_lab.analysis.launch_grid import SHAPES
 from sarathi_lab.config import DTYPE_BYTES
@@ -32,6 +31,11 @@ COLUMNS = ("kind", "name", "tokens", "graph_tokens", "engine_ms", "floor_ms", "s
            "targets", "experiment", "claim", "ours", "hardware", "engine_part", "why", "note")
 KEY = re.compile(r"^(?:c=(\d+)\+)?b=(\d+)(?:,ctx=(\d+))?(?:,(\w+))?$")
 HOST = "host: not in the lease (the launch step keeps one time per iteration)"
+# What a lease's claims.csv says of a claim, read back to attribute it.
+PREFILL = re.compile(r"chunk (\d+): ([0-9.]+)x prefill")
+LENGTH = re.compile(r"at length (\d+)")
+RANGE = re.compile(r"([0-9.]+)x-([0-9.]+)x")
+SWEEP = re.compile(r"batch sizes ([0-9, ]+?) and lengths ([0-9, ]+)")
 
 
 @dataclass
@@ -60,14 +64,14 @@ def load(folder: Path) -> Lease:
     """A lease's launch and env results; a ValueError naming a missing or unreadable file."""
     folder = Path(folder)
     record = _json(folder / "lease.json")
-    launch = {m["metric"]: m
-              for m in _json(folder / "steps" / "launch" / "result.json").get("metrics", [])
-              if isinstance(m, dict) and "metric" in m}
+    def metrics(step: str) -> dict[str, dict]:
+        return {m["metric"]: m for m in _json(folder / "steps" / step / "result.json").get(
+            "metrics", []) if isinstance(m, dict) and "metric" in m}
+
+    launch = metrics("launch")
     env = _json(folder / "steps" / "env" / "env.json")
     if (folder / "steps" / "env" / "result.json").is_file():
-        env |= {m["metric"]: m.get("value")
-                for m in _json(folder / "steps" / "env" / "result.json").get("metrics", [])
-                if isinstance(m, dict) and "metric" in m}
+        env |= {name: m.get("value") for name, m in metrics("env").items()}
     return Lease(folder, str(record.get("device") or folder.parent.name), launch, env)
 
 
@@ -133,10 +137,8 @@ def iteration(lease: Lease, t: Tables, key: str, chunk: int, decodes: int, conte
     recorded = _value(lease, f"engine_graph_tokens[{key}]")
     graph = rule if recorded is None else int(recorded) or tokens
     head = ms["embedding"] + ms.get("lm_head", 0.0)
-    real = lib.library_floor(t.shape, chunk, decodes, context, tokens, t.elem, t.gbps, t.gemms,
-                             t.attention, head)
-    padded = lib.library_floor(t.shape, chunk, decodes, context, graph, t.elem, t.gbps, t.gemms,
-                               t.attention, head)
+    real, padded = (lib.library_floor(t.shape, chunk, decodes, context, rows, t.elem, t.gbps,
+                                      t.gemms, t.attention, head) for rows in (tokens, graph))
     engine = _value(lease, f"engine_ms[{key}]")
     own_chunk = t.attention.chunk_ms("engine", chunk, context - chunk) if chunk else 0.0
     over_peer = (None if own_chunk is None or real.chunk_attention_ms is None
@@ -189,11 +191,104 @@ def targets(lease: Lease, key: str, physical: float, sequential: float,
     return "; ".join(found)
 
 
+def _claims(lease) -> list[dict]:
+    path = lease.folder / "claims.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return [r for r in csv.DictReader(f) if r.get("holds", "").strip() != "yes"]
+
+
+def _claim_row(row: dict, hardware: str, engine: str, why: str, note: str = "") -> dict:
+    return {"kind": "claim", "name": row.get("experiment", ""),
+            "experiment": row.get("experiment", ""),
+            "claim": row.get("claim", ""), "ours": row.get("ours", ""), "hardware": hardware,
+            "engine_part": engine, "why": why, "note": note}
+
+
+def chunk_overhead(row: dict, lease, t) -> dict:
+    """A chunked prefill's ratio: cuBLAS's part, the engine's rest; attention over the best peer."""
+    length = int(m[1]) if (m := LENGTH.search(row.get("ours", ""))) else None
+    pieces, hw, eng = [], [], []
+    for chunk, ours in ((int(c), float(x)) for c, x in PREFILL.findall(row.get("ours", ""))):
+        whole = max((m for m in t.gemms.layer_ms if length and m <= length), default=None)
+        at_chunk = t.gemms.ms(chunk)
+        if whole is None or at_chunk is None:
+            pieces.append(f"chunk {chunk}: not attributed (tune_gemm.csv timed {t.gemms.measured})")
+            continue
+        hardware = (at_chunk / chunk) / (t.gemms.layer_ms[whole] / whole)
+        own = t.attention.chunk_ms("engine", chunk, length - chunk)
+        peer = t.attention.chunk_ms("best_peer", chunk, length - chunk)
+        attention = (f" (its chunk attention {own / peer:.2f}x the best peer's over a "
+                     f"{length - chunk:,}-token prefix)") if own and peer else ""
+        hw.append(f"{chunk}: {hardware:.2f}")
+        eng.append(f"{chunk}: {ours - hardware:+.2f}")
+        pieces.append(f"chunk {chunk}: {hardware:.2f}x of {ours:.2f}x is cuBLAS at {chunk:,} vs "
+                      f"{whole:,} tokens on the {lease.device.upper()}; {ours - hardware:+.2f}x is "
+                      f"our engine{attention}")
+    return _claim_row(row, "; ".join(hw), "; ".join(eng), "; ".join(pieces))
+
+
+def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
+    """The paper's decode gain at the device's floors: decode-only per decode over riding ones."""
+    rate = float(lease.env["matmul_tflops"]) * 1e3
+
+    def ms(queries):
+        return floor(t.shape, queries, [length] * len(queries), len(queries), t.elem, t.gbps,
+                     rate).seconds
+
+    alone = ms([1] * batch) / batch
+    added = (ms([chunk] + [1] * (batch - 1)) - ms([chunk])) / (batch - 1)
+    return alone / added
+
+
+def decode_speedup(row: dict, lease, t) -> dict:
+    """The paper's gain at this device's floors beside ours: a shortfall they allow is ours."""
+    sweep, paper = SWEEP.search(row.get("ours", "")), RANGE.search(row.get("paper", ""))
+    ours, chunk = RANGE.search(row.get("ours", "")), re.search(r"chunk (\d+)", row.get("paper", ""))
+    if not (sweep and ours and chunk):
+        return _claim_row(row, "", "",
+                          "not attributed (claims.csv does not name the sweep's points)")
+    points = [(int(b), int(n)) for b in sweep[1].split(",") if b.strip() and int(b) > 1
+              for n in sweep[2].split(",") if n.strip()]
+    gains = {p: _floor_gain(lease, t, int(chunk[1]), *p) for p in points}
+    (b_lo, n_lo), (b_hi, n_hi) = min(gains, key=gains.get), max(gains, key=gains.get)
+    low, high, top = gains[(b_lo, n_lo)], gains[(b_hi, n_hi)], float(ours[2])
+    device = lease.device.upper()
+    why = (f"the {device}'s floors allow {low:.1f}x (B={b_lo}, length {n_lo}) to {high:.1f}x "
+           f"(B={b_hi}, length {n_hi}); ours {float(ours[1]):.1f}x-{top:.1f}x")
+    if top > high:
+        why += ": ours' top lies above the floors' (a ratio over a difference within the noise)"
+    elif paper and top < float(paper[2]) <= high:
+        why += (f": the paper's {paper[2]}x fits the device, so the shortfall at the top is our "
+                "engine")
+    elif paper and high < float(paper[2]):
+        why += f": the device caps the gain below the paper's {paper[2]}x"
+    if paper and low < float(paper[1]):
+        why += f"; at B={b_lo}, length {n_lo} the floor itself is below the paper's {paper[1]}x"
+    return _claim_row(row, f"{low:.2f}-{high:.2f}", f"ours' top {top / high:.2f} of the floors'",
+                      why)
+
+
+ATTRIBUTORS = {"chunk_overhead": chunk_overhead, "decode_speedup": decode_speedup}
+
+
+def claim_rows(lease: Lease, t: Tables) -> list[dict]:
+    """Each claim the lease judged short of "yes", split into the device's part and the engine's."""
+    found = []
+    for row in _claims(lease):
+        attribute = ATTRIBUTORS.get(row.get("experiment", ""))
+        found.append(attribute(row, lease, t) if attribute else
+                     _claim_row(row, "", "",
+                                "not attributed (no attribution for this experiment yet)"))
+    return found
+
+
 def rows(folder: Path) -> tuple[list[dict], Tables, Lease]:
     lease = load(folder)
     t = tables(lease)
     found = [iteration(lease, t, *k) for k in kinds(lease)]
-    found += attribute_claims.rows(lease, t)
+    found += claim_rows(lease, t)
     return found, t, lease
 
 
@@ -203,13 +298,47 @@ def _shown(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def _f(value, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
+    iterations = [r for r in found if r["kind"] == "iteration"]
+    lines = [f"# Attribution: {lease.folder.name} ({lease.device.upper()})", "",
+             ("Written by `python -m sarathi_lab.analysis.attribute` from this folder's files "
+              "(definitions: [the lease README](README.md#floors-and-attribution)). Memory "
+              f"ceiling: {t.gbps:,.0f} GB/s ({t.ceiling} "
+              f"rate{'' if t.ceiling == 'read' else ': the lease measured no read rate'}). Times "
+              "in ms over all layers; parts sum to engine minus physical floor."), "",
+             ("| iteration | tokens (graph) | engine | floor | sequential | library | engine / "
+              "library | overlap gap | GEMM efficiency | attention kernels | attention over peer | "
+              "elementwise | padding | host | unattributed |"), "|---" * 15 + "|"]
+    for r in iterations:
+        lines.append(f"| {r['name']} | {r['tokens']} ({r['graph_tokens']}) | {_f(r['engine_ms'])} "
+                     f"| {_f(r['floor_ms'])} | {_f(r['sequential_floor_ms'])} | "
+                     f"{_f(r['library_floor_ms'])} | {_f(r['engine_over_library_floor'])} | "
+                     + " | ".join(_f(r[p]) for p in PARTS) + " |")
+    lines += ["", "n/a: not computable from the lease's files (csv's note says why); host: " +
+              "the launch step keeps one time per iteration, so host work is in unattributed.", "",
+              "Targets a floor puts out of reach:", ""]
+    lines += [f"- {r['name']}: {r['targets']}" for r in iterations if r["targets"]] or ["- none"]
+    lines += ["", "## The paper's claims: the device's part and the engine's", ""]
+    lines += [f"- {r['experiment']}, {r['claim']}: {r['why']}" for r in found
+              if r["kind"] == "claim"] or ["- none"]
+    lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims "
+                   "on the A6000 and the H100): "
+                   "[docs/sim/device_beside.md](../../../sim/device_beside.md), by `python -m "
+                   "sarathi_lab.measure.bench.device_beside`."), ""]
+    return "\n".join(lines)
+
+
 def write(folder: Path, found: list[dict], t: Tables, lease: Lease) -> list[Path]:
     folder = Path(folder)
     with open(folder / CSV, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
         writer.writerows({c: _shown(r.get(c)) for c in COLUMNS} for r in found)
-    (folder / MD).write_text(attribute_claims.markdown(found, t, lease))
+    (folder / MD).write_text(markdown(found, t, lease))
     # Derived from the lease's measurements, not measured: told apart from collect's files.
     derived = provenance.Provenance("computed from measured GPU", lease=folder.name,
                                     writer="python -m sarathi_lab.analysis.attribute")

@@ -84,15 +84,6 @@ def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False)
     return written
 
 
-def measured_provenance(cpu: pd.DataFrame, table: str = CPU_CSV) -> dict[str, str]:
-    """claims.PROVENANCE of a committed CPU-measured table."""
-    first = cpu.iloc[0]
-    return {"source": f"measured CPU, {first.model} (committed docs/capacity/{table})",
-            "scale": str(first.scale),
-            "dtype": str(first["dtype"]), "threads": f"{first.torch_threads:g}",
-            "machine": str(first.device_name)}
-
-
 def predicted_by(sim: pd.DataFrame) -> dict:
     """The device, cost model and GPU count of a simulated table (one of each per table)."""
     where = sim.attrs.get("path", "a simulated capacity table")
@@ -127,10 +118,15 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     by = predicted_by(sim)
     cost = CostModel.for_device(by["device"], sim.model.iloc[0], by["cost_model"], tp=by["tp"])
     overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
-    measured = (capacity.Evidence(searches=cpu, provenance=measured_provenance(cpu))
-                if cpu is not None
-                else capacity.Evidence(provenance={"source": ("measured CPU (not yet: "
-                                                              "experiment=capacity)")}))
+    if cpu is None:
+        measured = capacity.Evidence(provenance={"source": "measured CPU (not yet: "
+                                                           "experiment=capacity)"})
+    else:  # claims.PROVENANCE of the committed CPU-measured table
+        first = cpu.iloc[0]
+        measured = capacity.Evidence(searches=cpu, provenance={
+            "source": f"measured CPU, {first.model} (committed docs/capacity/{CPU_CSV})",
+            "scale": str(first.scale), "dtype": str(first["dtype"]),
+            "threads": f"{first.torch_threads:g}", "machine": str(first.device_name)})
     rows = capacity.capacity_claims(
         measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV)),
         capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "")))

@@ -153,9 +153,9 @@ def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
         name = result.name
         if name in missing:
             rows, models = [*rows, missing_row(name, results.root)], [*models, None]
-        measured = [] if name in missing else [(results, None)]
-        for runs, model in [*measured, *((s, s.executor(name).get("sim_cost_model"))
-                                         for s in sims if name not in s.missing())]:
+        for runs, model in [*([] if name in missing else [(results, None)]),
+                            *((s, s.executor(name).get("sim_cost_model"))
+                              for s in sims if name not in s.missing())]:
             made = rows_of(result.claims, runs, name)
             rows, models = rows + made, models + [model] * len(made)
     why = {claim: text for r in chosen for claim, text in r.cost_models_differ.items()}

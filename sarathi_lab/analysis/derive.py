@@ -91,11 +91,6 @@ def iteration_ms(results) -> pd.Series:
     return sweep[sweep.op == "total"].groupby("tokens").ms.mean()
 
 
-def resolved_speedups(gains: pd.DataFrame) -> pd.DataFrame:
-    """Points whose riding decodes cost more than the repeats' noise (else ``gain_bound``)."""
-    return gains[gains.resolved]
-
-
 def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
     """Each sarathi run over the static runs just before it (same workload): drifts hit both."""
     gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)),
@@ -134,20 +129,17 @@ def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
     return peaks.reset_index(drop=True)
 
 
-def orca_variant(scheduler: str, stagger: int, align: str = "none") -> str:
-    """Fig. 11a's bar: equal requests in Orca's lock step; staggered, decodes ride prefills."""
-    if scheduler == "orca":
-        return "Orca best" if stagger else "Orca worst"
-    name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)
-    notes = [*(["tile-aligned"] if align == "tile" else []), *(["staggered"] if stagger else [])]
-    return f"{name} ({', '.join(notes)})" if notes else name
-
-
 def orca_variants(summary: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 11a's bars: equal requests in Orca's lock step; staggered, decodes ride prefills."""
     stagger = summary.get("workload.stagger",
                           pd.Series(0, index=summary.index)).fillna(0).astype(int)
-    return summary.assign(variant=[orca_variant(s, g, a) for s, g, a in
-                                   zip(summary.scheduler, stagger, chunk_align(summary))])
+    variants = []
+    for scheduler, staggered, align in zip(summary.scheduler, stagger, chunk_align(summary)):
+        name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)
+        notes = ["tile-aligned"] * (align == "tile") + ["staggered"] * bool(staggered)
+        variants.append(("Orca best" if staggered else "Orca worst") if scheduler == "orca"
+                        else f"{name} ({', '.join(notes)})" if notes else name)
+    return summary.assign(variant=variants)
 
 
 def orca_compare(summary: pd.DataFrame, keys=WORKLOAD_KEYS) -> pd.DataFrame:

@@ -45,17 +45,14 @@ def source_label(runs, name: str) -> str:
     return f"{runs.source(name)}, {runs.scale(name)} scale"
 
 
-def panel_sources(results, simulated, name: str) -> str:
-    text = source_label(results, name)
-    return text + (f"; dashed: {source_label(simulated, name)}" if simulated_label(simulated, name)
-                   else "")
-
-
 def sources_of(results, simulated, name: str) -> list[tuple]:
     """(runs, panel label) of the measured runs and, where they hold ``name``, the simulated."""
-    label = simulated_label(simulated, name)
-    return [(results, source_label(results, name))] + ([(simulated, source_label(simulated, name))]
-                                                       if label else [])
+    return [(runs, source_label(runs, name)) for runs in (results, simulated)
+            if runs is results or simulated_label(simulated, name)]
+
+
+def panel_sources(results, simulated, name: str) -> str:
+    return "; dashed: ".join(label for _, label in sources_of(results, simulated, name))
 
 
 def fold_group_headers(ax, frame, prefixes: dict[str, str]) -> None:

@@ -47,16 +47,10 @@ def _seeds(record: dict, summary: Summary, experiment: str, left_out: str = "") 
         seeds = ",".join(map(str, sweep["seeds"]))
         return seeds + (f" ({done} of {planned} jobs)" if done is not None and planned
                         and done < planned else "")
-    return _named_seeds(summary, experiment) + (f" ({jobs[1]} of {jobs[2]} jobs)" if jobs else "")
-
-
-def _named_seeds(summary: Summary, experiment: str) -> str:
-    found = set()
-    for step in summary.steps:
-        if step.step.split(".")[1:2] == [experiment]:
-            for note in step.notes:
-                found.update(int(s) for m in SEEDS.findall(note) for s in m.split(",") if s)
-    return ",".join(map(str, sorted(found))) if found else "0"
+    found = {int(s) for step in summary.steps if step.step.split(".")[1:2] == [experiment]
+             for note in step.notes for m in SEEDS.findall(note) for s in m.split(",") if s}
+    return (",".join(map(str, sorted(found))) if found else "0") + (
+        f" ({jobs[1]} of {jobs[2]} jobs)" if jobs else "")
 
 
 def judged(gpu_docs: Path) -> list[Judged]:

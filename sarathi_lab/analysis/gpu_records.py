@@ -11,6 +11,7 @@ import stat
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def invalid(where: str, key: str, value: Any, allowed: str) -> RecordError:
     return RecordError(f"{where} is invalid: {key}={shown(value)}: must be {allowed}")
 
 
-def _get(data: dict, key: str, where: str, prefix: str, check, allowed: str,
+def _get(data: dict, where: str, prefix: str, key: str, check, allowed: str,
          default: Any = ...) -> Any:
     """``data[key]`` where ``check`` accepts it; ``default`` where missing (required without)."""
     if key not in data:
@@ -94,31 +95,22 @@ def _is_str(value: Any) -> bool:
     return isinstance(value, str)
 
 
-def _is_time(value: Any) -> bool:
-    return is_number(value) and 0 <= value <= time.time() + CLOCK_SKEW_S
-
-
 def _is_name(value: Any) -> bool:
     return isinstance(value, str) and all(p not in (".", "..") and NAME_PART.fullmatch(p)
                                           for p in value.split("/"))
-
-
-def _is_mapping(value: Any) -> bool:
-    return isinstance(value, dict)
 
 
 def metric(data: Any, where: str, prefix: str) -> Metric:
     if not isinstance(data, dict):
         raise invalid(where, prefix.rstrip("."), data,
                       "a mapping of metric, value, unit, target, holds")
-    holds = _get(data, "holds", where, prefix, lambda v: v in (None, True, False, "True", "False"),
-                 "true, false or null", None)
-    return Metric(_get(data, "metric", where, prefix, lambda v: isinstance(v, str) and v != "",
-                       "a name"),
-                  _get(data, "value", where, prefix, lambda v: v is None
-                       or isinstance(v, (str, int, float)), "a number, a string or null"),
-                  _get(data, "unit", where, prefix, _is_str, "a string", ""),
-                  _get(data, "target", where, prefix, _is_str, "a string", ""),
+    get = partial(_get, data, where, prefix)
+    holds = get("holds", lambda v: v in (None, True, False, "True", "False"),
+                "true, false or null", None)
+    return Metric(get("metric", lambda v: isinstance(v, str) and v != "", "a name"),
+                  get("value", lambda v: v is None or isinstance(v, (str, int, float)),
+                      "a number, a string or null"),
+                  get("unit", _is_str, "a string", ""), get("target", _is_str, "a string", ""),
                   # An older suite wrote numpy's bools as text.
                   holds if not isinstance(holds, str) else holds == "True")
 
@@ -128,20 +120,17 @@ def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
     if not isinstance(data, dict):
         raise invalid(where, prefix.rstrip(".") or "its content", data,
                       "a mapping (a step's record)")
-    metrics = _get(data, "metrics", where, prefix, lambda v: isinstance(v, list),
-                   "a list of metrics", [])
-    notes = _get(data, "notes", where, prefix, lambda v: isinstance(v, list)
-                 and all(map(_is_str, v)), "a list of strings", [])
-    text = {key: _get(data, key, where, prefix, _is_str, "a string", "")
-            for key in ("error", "commit", "device", "code")}
+    get = partial(_get, data, where, prefix)
+    metrics = get("metrics", lambda v: isinstance(v, list), "a list of metrics", [])
+    notes = get("notes", lambda v: isinstance(v, list) and all(map(_is_str, v)),
+                "a list of strings", [])
+    text = {key: get(key, _is_str, "a string", "") for key in ("error", "commit", "device", "code")}
     return StepResult(
-        _get(data, "step", where, prefix, _is_name, "a step's name (A-Z a-z 0-9 _ . = , + -)"),
-        _get(data, "status", where, prefix, lambda v: v in STATUSES,
-             "one of " + ", ".join(STATUSES)),
-        _get(data, "started_at", where, prefix, _is_time,
-             "a time in seconds since 1970, not in the future"),
-        _get(data, "seconds", where, prefix, lambda v: is_number(v) and v >= 0, "a number >= 0",
-             0.0),
+        get("step", _is_name, "a step's name (A-Z a-z 0-9 _ . = , + -)"),
+        get("status", lambda v: v in STATUSES, "one of " + ", ".join(STATUSES)),
+        get("started_at", lambda v: is_number(v) and 0 <= v <= time.time() + CLOCK_SKEW_S,
+            "a time in seconds since 1970, not in the future"),
+        get("seconds", lambda v: is_number(v) and v >= 0, "a number >= 0", 0.0),
         [metric(m, where, f"{prefix}metrics[{i}].")
          for i, m in enumerate(metrics)], list(notes), **text)
 
@@ -149,23 +138,21 @@ def step_result(data: Any, where: str, prefix: str = "") -> StepResult:
 def summary(data: Any, where: str) -> Summary:
     if not isinstance(data, dict):
         raise invalid(where, "its content", data, "a mapping of suite and steps")
-    suite = _get(data, "suite", where, "", _is_mapping, "a mapping", {})
+    suite = _get(data, where, "", "suite", lambda v: isinstance(v, dict), "a mapping", {})
     checks = {"dry_run": (lambda v: isinstance(v, bool), "true or false"),
               "own": (lambda v: isinstance(v, bool), "true or false"),
               "commit": (_is_str, "a string"), "started": (_is_str, "a string"),
               "budget_min": (lambda v: v is None or (is_number(v) and v > 0),
                              "minutes > 0 or null")}
     for key, (check, allowed) in checks.items():
-        _get(suite, key, where, "suite.", check, allowed, None)
-    steps = _get(data, "steps", where, "", lambda v: isinstance(v, list), "a list of step records",
+        _get(suite, where, "suite.", key, check, allowed, None)
+    steps = _get(data, where, "", "steps", lambda v: isinstance(v, list), "a list of step records",
                  [])
     results = [step_result(s, where, f"steps[{i}].") for i, s in enumerate(steps)]
-    seen = set()
-    for i, result in enumerate(results):
-        if result.step in seen:
-            raise invalid(where, f"steps[{i}].step", result.step,
-                          "one record per step: it occurs twice")
-        seen.add(result.step)
+    names = [result.step for result in results]
+    if twice := next((i for i, name in enumerate(names) if name in names[:i]), None):
+        raise invalid(where, f"steps[{twice}].step", names[twice],
+                      "one record per step: it occurs twice")
     return Summary(suite, results)
 
 
@@ -185,7 +172,7 @@ def lease(data: Any, where: str) -> dict[str, Any]:
                                  and all(map(_is_str, v.values())),
                                  "a mapping of step names to statuses")}
     for key, (check, allowed) in checks.items():
-        _get(data, key, where, "", check, allowed)
+        _get(data, where, "", key, check, allowed)
     if not data["lease"].endswith("_" + data["commit"]):
         raise invalid(where, "commit", data["commit"],
                       f"the commit its lease {data['lease']!r} names")
@@ -282,22 +269,18 @@ class Kept:
     summary: Summary
 
 
-def kept_lease(folder: Path) -> Kept:
-    record = read(folder / LEASE_FILE, lease)
-    if (record["device"], record["lease"]) != (folder.parent.name, folder.name):
-        raise invalid(str(folder / LEASE_FILE), "device, lease",
-                      (record["device"], record["lease"]),
-                      f"its folder's ({folder.parent.name!r}, {folder.name!r})")
-    return Kept(folder, record, read(folder / SUMMARY, summary))
-
-
 def kept_leases(gpu_docs: Path) -> list[Kept]:
     """Every kept lease by device then lease; a damaged one is skipped with a warning."""
     found = []
     for folder in sorted(p for p in Path(gpu_docs).glob("*/*") if p.is_dir()
                          and not p.is_symlink()):
         try:
-            found.append(kept_lease(folder))
+            record = read(folder / LEASE_FILE, lease)
+            if (record["device"], record["lease"]) != (folder.parent.name, folder.name):
+                raise invalid(str(folder / LEASE_FILE), "device, lease",
+                              (record["device"], record["lease"]),
+                              f"its folder's ({folder.parent.name!r}, {folder.name!r})")
+            found.append(Kept(folder, record, read(folder / SUMMARY, summary)))
         except RecordError as e:
             warn(f"{e}; the lease is skipped")
     return found

@@ -1,7 +1,6 @@
-"""An iteration's library floor: the best kernel a lease timed for each part at its shape, one after
-another. Beside the physical floor it says which targets no engine built from these kernels can
-reach. Between measured shapes straight lines; outside them a part is missing, never
-extrapolated."""
+"""An iteration's library floor (the best kernel a lease timed for each part, one after another):
+which targets no engine built from these kernels can reach; never extrapolated past what was timed.
+"""
 from __future__ import annotations
 
 import csv
@@ -141,14 +140,12 @@ def library_floor(shape: Shape, chunk: int, decodes: int, context: int, tokens: 
     chunk_ms = attention.chunk_ms("best_peer", chunk, context - chunk) if chunk else 0.0
     if chunk_ms is None:
         missing.append(f"the best peer's attention at c={chunk} over a {context - chunk}-token "
-                       f"prefix "
-                       "(outside attention.csv's shapes)")
+                       "prefix (outside attention.csv's shapes)")
     decode_ms = attention.decode_ms("engine", decodes, context) if decodes else 0.0
     if decode_ms is None:
         missing.append(f"the engine's decode attention at b={decodes}, context {context} (outside "
                        f"attention.csv's)")
-    return LibraryFloor(None if gemm is None else gemm * layers,
-                        None if chunk_ms is None else chunk_ms * layers,
-                        None if decode_ms is None else decode_ms * layers,
+    return LibraryFloor(*(None if ms is None else ms * layers
+                          for ms in (gemm, chunk_ms, decode_ms)),
                         elementwise_ms(shape, tokens, elem_bytes, gbps, gemms.with_activation),
                         head_and_embedding_ms, missing)

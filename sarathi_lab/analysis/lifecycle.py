@@ -110,22 +110,20 @@ def _exact(r, events, starts, ends, end_of_run) -> list[Span]:
 def _coarse(r, end_of_run) -> list[Span]:
     """The requests table alone: no chunks, stalls or preemptions."""
     rid, spans = int(r.request_id), []
-    scheduled, first, finish = (_time(r, c) for c in ("first_scheduled_s", "first_token_s",
-                                                      "finish_s"))
-    spans.append(Span(rid, "queued", float(r.arrival_s), scheduled if scheduled is not None
-                      else end_of_run))
+    # None where the run never reached it; such a span runs to the run's end.
+    scheduled, first, finish = (None if (v := getattr(r, c, None)) is None or pd.isna(v)
+                                else float(v)
+                                for c in ("first_scheduled_s", "first_token_s", "finish_s"))
+    spans.append(Span(rid, "queued", float(r.arrival_s),
+                      scheduled if scheduled is not None else end_of_run))
     if scheduled is not None:
         spans.append(Span(rid, "prefill", scheduled, first if first is not None else end_of_run,
                           {"chunks": "not recorded"}))
-    if first is not None and (finish if finish is not None else end_of_run) > first:
-        spans.append(Span(rid, "decode", first, finish if finish is not None else end_of_run,
+    end = finish if finish is not None else end_of_run
+    if first is not None and end > first:
+        spans.append(Span(rid, "decode", first, end,
                           {"tokens": int(r.output_tokens) - 1, "iterations": "not recorded"}))
     return spans
-
-
-def _time(row, column: str) -> float | None:
-    value = getattr(row, column, None)
-    return None if value is None or pd.isna(value) else float(value)
 
 
 def _arrival_order(requests: pd.DataFrame):

@@ -13,11 +13,6 @@ def tile_jump(times: pd.Series, tile: int) -> float:
     return float(np.mean([times[b] / times[a] - 1 for a, b in pairs]))
 
 
-def within_noise(difference, noise):
-    """Within the two times' summed ranges: a ratio over it is only a bound."""
-    return difference <= noise
-
-
 def _time_noise(piggyback: pd.DataFrame, point: list[str]) -> pd.Series:
     """Range of each row's time over its point's repeats (seeds' medians, else reps), else 0."""
     if "seed" in piggyback and piggyback.seed.nunique() > 1:
@@ -44,7 +39,8 @@ def decode_speedup(piggyback: pd.DataFrame) -> pd.DataFrame:
     out["piggybacked_ms_per_decode"] = difference / (out.batch_size - 1)
     out["gain"] = out.baseline_ms_per_decode / out.piggybacked_ms_per_decode
     out["noise_ms"] = (noise.hybrid + noise.chunk_alone).to_numpy()
-    out["resolved"] = ~within_noise(difference, out.noise_ms.to_numpy())
+    # Within the two times' summed ranges a ratio is only a bound.
+    out["resolved"] = ~(difference <= out.noise_ms.to_numpy())
     upper = np.maximum(difference, 0.0) + out.noise_ms.to_numpy()
     with np.errstate(divide="ignore"):
         bound = out.baseline_ms_per_decode / (upper / (out.batch_size - 1))

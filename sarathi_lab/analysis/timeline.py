@@ -254,18 +254,15 @@ def write_trace(payload: dict[str, Any], out: Path) -> Path:
     return out
 
 
-def serving_runs(run_dir: Path) -> list[Path]:
-    """``run_dir`` itself, or its runs (a capacity search's trials)."""
-    found = sorted(p.parent for p in Path(run_dir).rglob(METRICS)
-                   if WANDB_DIR not in p.relative_to(run_dir).parts[:-1])
-    return [d for d in found if (d / "iterations.parquet").is_file()
-            and (d / "requests.parquet").is_file()]
-
-
 def export_timelines(run_dir: Path) -> list[Path]:
     """``timeline.json`` in every serving run under ``run_dir`` (``export.timeline=true``)."""
+    # run_dir itself, or its runs (a capacity search's trials)
+    found = sorted(p.parent for p in Path(run_dir).rglob(METRICS)
+                   if WANDB_DIR not in p.relative_to(run_dir).parts[:-1])
     written = []
-    for run in serving_runs(run_dir):
+    for run in found:
+        if not ((run / "iterations.parquet").is_file() and (run / "requests.parquet").is_file()):
+            continue
         try:
             written.append(write_trace(trace(load_run(run)), run / TRACE))
         except UnreadableRun as e:

@@ -35,16 +35,6 @@ class NoRuns(ValueError):
     """No finished run of both engines under the root."""
 
 
-def runs_of(root: str | Path) -> pd.DataFrame:
-    runs = load_runs(root)
-    if runs.empty or "executor" not in runs or not {"model", "vllm"} <= set(runs.executor) \
-            or "workload.qps" not in runs:
-        raise NoRuns(f"root {root} is invalid: it holds no finished runs of both engines "
-                     "(executor=model and executor=vllm) at a workload.qps; run: python -m "
-                     "sarathi_lab.run -m experiment=versus_vllm")
-    return named(runs)
-
-
 def named(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs of both engines with ``engine``, ``batching``, ``qps`` and ``source``."""
     runs = runs[runs.scheduler.isin(list(BATCHING))].copy()
@@ -174,11 +164,16 @@ def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) ->
 
     from sarathi_lab.analysis import figures
 
-    runs = runs_of(root)
-    folder = Path(docs) / "figures"
+    runs = load_runs(root)
+    if runs.empty or "executor" not in runs or not {"model", "vllm"} <= set(runs.executor) \
+            or "workload.qps" not in runs:
+        raise NoRuns(f"root {root} is invalid: it holds no finished runs of both engines "
+                     "(executor=model and executor=vllm) at a workload.qps; run: python -m "
+                     "sarathi_lab.run -m experiment=versus_vllm")
+    runs, folder = named(runs), Path(docs) / "figures"
+    row = _row_provenance(runs)
     prov = Provenance(" + ".join(sorted(runs.source.dropna().unique())), scale(runs),
-                      _row_provenance(runs)["machine"],
-                      commit=_row_provenance(runs)["commit"], writer=WRITER)
+                      row["machine"], commit=row["commit"], writer=WRITER)
     planned = {folder / f"{NAME}.png": prov, folder / f"{NAME}_claims.csv": prov}
     provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
     fig = figure(runs)

@@ -26,13 +26,6 @@ def unresolved_note(gains: pd.DataFrame) -> str:
             f"than the chunk alone beyond the repeats' spread){bound}")
 
 
-def _speedup_range(gains: pd.DataFrame) -> tuple[str, str]:
-    """The resolved speedups' range, and what is unresolved ('' if nothing)."""
-    resolved = derive.resolved_speedups(gains)
-    return ((f"{resolved.gain.min():.1f}x-{resolved.gain.max():.1f}x" if len(resolved)
-             else "no point resolved"), unresolved_note(gains))
-
-
 def claims(results) -> list[dict]:
     gains = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
     low, high = paper.DECODE_SPEEDUP
@@ -42,11 +35,16 @@ def claims(results) -> list[dict]:
                else pd.Series(False, index=gains.index))
     # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     judged = gains[aligned] if aligned.any() else gains
-    resolved = derive.resolved_speedups(judged)
+    # Points whose riding decodes cost more than the repeats' noise (else ``gain_bound``).
+    resolved = judged[judged.resolved]
     both = aligned.any() and (~aligned).any()
     parts = ([("tile-aligned chunks (chunk + B - 1 a multiple of 128): ", gains[aligned]),
               ("fixed chunk: ", gains[~aligned])] if both else [("", gains)])
-    ranges = [(label, *_speedup_range(g)) for label, g in parts]
+    ranges = []
+    for label, g in parts:
+        r = g[g.resolved]
+        ranges.append((label, f"{r.gain.min():.1f}x-{r.gain.max():.1f}x" if len(r)
+                       else "no point resolved", unresolved_note(g)))
     unresolved = "; ".join(label + note for label, _, note in ranges if note)
     ours = ("; ".join(label + text for label, text, _ in ranges) + over
             + (f"; {unresolved}" if unresolved else ""))
@@ -102,7 +100,7 @@ def figure(results, simulated=None):
     low, high = paper.DECODE_SPEEDUP
     why = []
     for ax, (runs, title, colors, gains) in zip(axes[0], panels):
-        resolved = derive.resolved_speedups(gains)
+        resolved = gains[gains.resolved]
         if len(resolved) < len(gains):
             title += "\n" + unresolved_note(gains).replace(" (", "\n(", 1)
         figures.sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax,

@@ -91,11 +91,6 @@ def claims(results) -> list[dict]:
                       float(gaps.max()) if len(gaps) else None)]
 
 
-def _cdf(ax, values: np.ndarray, **style) -> None:
-    x = np.sort(values)
-    ax.plot(x, np.arange(1, len(x) + 1) / len(x), **style)
-
-
 def figure(results, simulated=None):
     from sarathi_lab.analysis import figures
 
@@ -111,8 +106,9 @@ def figure(results, simulated=None):
         # One seed's requests drawn (the rest repeat; the ratios below are over every seed).
         one = runs[runs.seed == first_seed] if first_seed is not None else runs
         for prefix, ls, what in (("", "-", "measured"), ("sim_", "--", "simulated")):
-            _cdf(cdf, one[f"{prefix}bubble_s"].to_numpy(), color=colors[name], ls=ls,
-                 label=f"{label}, {what}")
+            x = np.sort(one[f"{prefix}bubble_s"].to_numpy())
+            cdf.plot(x, np.arange(1, len(x) + 1) / len(x), color=colors[name], ls=ls,
+                     label=f"{label}, {what}")
             t = np.sort(one[f"{prefix}finish_s"].to_numpy())
             done.plot(t, np.arange(1, len(t) + 1), color=colors[name], ls=ls,
                       label=f"{label}, {what}")
