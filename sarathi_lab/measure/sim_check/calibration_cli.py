@@ -58,9 +58,8 @@ def as_yaml(cal: Calibration, device: str) -> str:
                  if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
     if lease:
         attention = (f"then refitted to the GPU {lease} "
-                     f"(docs/gpu/{device}/{lease.split()[1]}/steps/: "
-                     "the engine's attention, cuBLAS projections between the token counts it "
-                     "timed)")
+                     f"(docs/gpu/{device}/{lease.split()[1]}/steps/: the engine's attention, "
+                     f"cuBLAS projections between the token counts it timed)")
     measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
                    if device in BORROWED else "")
     vidur = ", ".join(f for f in cal.fitted_from if f != lease)

@@ -28,12 +28,6 @@ def newest_lease(device: str) -> Path | None:
     return found[-1] if found else None
 
 
-def _model_of_heads(models: list[str]) -> dict[tuple[int, int], str]:
-    """The attention table names heads, not models."""
-    shapes = {m: Shape.of(load_config(m)) for m in models}
-    return {(s.heads, s.kv_heads): m for m, s in shapes.items()}
-
-
 def lease_kernels(lease: Path) -> pd.DataFrame:
     """One layer on one GPU, seconds: cuBLAS projections by tokens, engine attention by batch."""
     import pandas as pd
@@ -44,7 +38,9 @@ def lease_kernels(lease: Path) -> pd.DataFrame:
             .rename(columns={"projection": "op", "m": "tokens"}).assign(context=0, batch=0))
     gemm["seconds"] = gemm.pop("ms") / 1e3
     att = pd.read_csv(lease / ATTENTION_TABLE)
-    models = _model_of_heads(sorted(gemm.model.unique()))
+    # The attention table names heads, not models.
+    shapes = {m: Shape.of(load_config(m)) for m in sorted(gemm.model.unique())}
+    models = {(s.heads, s.kv_heads): m for m, s in shapes.items()}
     att = att.assign(model=[models.get((h, k)) for h, k in zip(att.heads, att.kv_heads)])
     att = att.dropna(subset=["model"])
     att = att[att.engine_ms.notna()]

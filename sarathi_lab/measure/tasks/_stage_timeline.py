@@ -45,7 +45,6 @@ def engine_timeline(llm, num_micro_batches: int,
         return timeline.sort_values(["micro_batch", "stage"]).reset_index(drop=True), False
     from sarathi_lab.model.parallel.stages import Stage
 
-
     stages, total = llm.config.pipeline_parallel, llm.model_config.num_hidden_layers
     layers = [Stage.of(total, stages, s).num_layers for s in range(stages)]
     log.warning("the executor records no stage timeline: each stage's spans are estimated from "
@@ -64,5 +63,4 @@ def spans(timeline: pd.DataFrame, stages: int) -> tuple[np.ndarray, np.ndarray]:
     if np.isnan(start).any():
         raise ValueError("the stage timeline misses a micro-batch on some stage: "
                          "every micro-batch runs on every stage")
-
     return start, end

@@ -46,7 +46,6 @@ def check(cfg, context: int) -> None:
                           f"engine.pipeline_parallel={stages}: {cores} cores may run this "
                           "process, fewer than one a rank; allowed: measure.pin_stages=false, or "
                           "fewer stages")
-
     if handoff is not None and cfg.workload.kind in ("trace", "trace_lengths"):
         raise ConfigError(f"measure.handoff_requests={handoff} is invalid with "
                           f"workload={cfg.workload.kind}: the handoff's requests are drawn from a "
@@ -148,7 +147,6 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
 def _prediction(sim, stages: int, requests: int
                 ) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
     """NaN and empty without a simulated run, so that the measurement stands alone."""
-
     if sim is None:
         nan = np.full(requests, np.nan)
         keys = ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s", "sim_makespan_s",
@@ -156,11 +154,9 @@ def _prediction(sim, stages: int, requests: int
         empty = pd.DataFrame(columns=list(TIMELINE_COLUMNS))
         return dict.fromkeys(keys, float("nan")), nan, nan, empty
     finish = np.array([r.finish for r in sorted(sim.metrics.requests, key=lambda r: r.request_id)])
-    n_stages, n_mb = sim.stage_start_s.shape
-    timeline = pd.DataFrame([{"stage": s, "micro_batch": k, "start_s": sim.stage_start_s[s, k],
-                              "end_s": sim.stage_end_s[s, k]}
-                             for s in range(n_stages) for k in range(n_mb)],
-                            columns=list(TIMELINE_COLUMNS))
+    stage, micro_batch = np.indices(sim.stage_start_s.shape)
+    timeline = pd.DataFrame(dict(zip(TIMELINE_COLUMNS, (
+        stage.ravel(), micro_batch.ravel(), sim.stage_start_s.ravel(), sim.stage_end_s.ravel()))))
     summary = _quantiles("sim_bubble", sim.request_bubble_s) | {
         "sim_makespan_s": sim.makespan_s, "sim_num_micro_batches": sim.num_micro_batches,
         "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (stages * sim.makespan_s)),
