@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -176,20 +175,19 @@ def measure_handoff(cfg, llm) -> Handoff | None:
 
 
 def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
-             max_in_flight: int | None = None, profile: Path | None = None,
-             cores: list[int] | None = None, handoff: Handoff | None = None):
+             max_in_flight: int | None, cores: list[int], handoff: Handoff | None):
     """The run on the simulated pipeline, priced by this device's profile and a link measured now:
     (result, its cost model, link), or (None, why, None)."""
     cfg = llm.config
-    path = profile or own_profile_path(_device(llm)[0], cfg.model)
-    if not Path(path).is_file():
+    path = own_profile_path(_device(llm)[0], cfg.model)
+    if not path.is_file():
         return None, (f"none: no profile of model={cfg.model} on this device ({path}); measure one "
                       f"with python -m sarathi_lab.run task=profile model={cfg.model} (the run's "
                       "dtype and threads)"), None
     whole = ProfileCostModel.from_csv(path, llm.model_config, str(llm.dtype).removeprefix("torch."))
     item = llm.dtype.itemsize
     try:
-        measured = link.measure(cores[:2] if cores and len(cores) >= 2 else None)
+        measured = link.measure(cores[:2] if len(cores) >= 2 else None)
     except RuntimeError as e:
         log.warning("task=pipeline_bubbles: %s; its prediction assumes %s", e, LOOPBACK.describe())
         measured = LOOPBACK
