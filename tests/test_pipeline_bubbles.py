@@ -19,7 +19,7 @@ from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, sta
 from sarathi_lab.engine.metrics import IterationRecord
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.host_features import usable_cores
-from sarathi_lab.measure.tasks._stage_timeline import estimated_timeline, spans
+from sarathi_lab.measure.tasks.pipeline_bubbles import estimated_timeline, spans
 from sarathi_lab.sim.cost_model import IterationCost
 from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes, through_stages

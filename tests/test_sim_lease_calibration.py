@@ -1,4 +1,4 @@
-"""The calibration refitted to a GPU lease's kernel tables (measure/sim_check/lease_kernels.py, calibration.fit_lease):
+"""The calibration refitted to a GPU lease's kernel tables (sim_check/calibration_cli.py, calibration.fit_lease):
 the committed H100 lease's tables read as kernel rows, the refit keeps time monotone where its curve
 meets the base's, and the device file's H100 calibration predicts that lease's own iterations (the
 launch step's CUDA-graph forwards, which the fit never saw) within the simulator's 10% target."""
@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.measure.sim_check.calibration_cli import calibrations
-from sarathi_lab.measure.sim_check.lease_kernels import LEASES_DIR, lease_kernels, newest_lease
+from sarathi_lab.measure.sim_check.calibration_cli import LEASES_DIR, calibrations, lease_kernels, newest_lease
 from sarathi_lab.sim import CostModel
 from sarathi_lab.sim.calibration import ATTENTION_FIELDS, Calibration, fit_lease, measured_shape
 from sarathi_lab.sim.device import load_device

@@ -1,20 +1,61 @@
 """``python -m sarathi_lab.measure.sim_check.calibration_cli``: fits every measured GPU's
-calibration (calibration.fit) and writes it into its device file, keeping everything above the
-marker line of each as written."""
+calibration (calibration.fit; refitted by calibration.fit_lease to the newest GPU lease's kernel
+tables) and writes it into its device file, keeping everything above the marker line as written."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
+import pandas as pd
 import yaml
 
+from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.sim_check.convert_gpu_kernels import kept_tokens
-from sarathi_lab.measure.sim_check.lease_kernels import lease_kernels, newest_lease
+from sarathi_lab.model import load_config
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import Calibration, fit, fit_lease
 from sarathi_lab.sim.device import DEVICES_DIR, GPU_DEVICES, load_device
 
 MARKER = "# ---- calibration: written by python -m sarathi_lab.measure.sim_check.calibration_cli"
+# A lease's tables: the ``tune`` step's cuBLAS projections, the ``attention`` step's engine
+# attention, read as gpu_kernels.py's rows.
+LEASES_DIR = REPO_ROOT / "docs" / "gpu"
+GEMM_TABLE = Path("steps") / "tune" / "tune_gemm.csv"
+ATTENTION_TABLE = Path("steps") / "attention" / "attention.csv"
+# The engine's own GEMM in a lease (cuBLAS wherever Triton did not win): what graphs replay.
+GEMM_CANDIDATE = "cublas"
+KERNEL_COLUMNS = ("model", "op", "tokens", "context", "batch", "seconds")
+
+
+def newest_lease(device: str) -> Path | None:
+    """``<date>_<commit>`` sorts by date."""
+    found = sorted(p.parents[2] for p in (LEASES_DIR / device).glob(f"*/{GEMM_TABLE}")
+                   if (p.parents[2] / ATTENTION_TABLE).is_file())
+    return found[-1] if found else None
+
+
+def lease_kernels(lease: Path) -> pd.DataFrame:
+    """One layer on one GPU, seconds: cuBLAS projections by tokens, engine attention by batch."""
+    gemm = pd.read_csv(lease / GEMM_TABLE)
+    gemm = gemm[(gemm.candidate == GEMM_CANDIDATE) & gemm.error.isna()]
+    gemm = (gemm.groupby(["model", "projection", "m"]).ms.median().reset_index()
+            .rename(columns={"projection": "op", "m": "tokens"}).assign(context=0, batch=0))
+    gemm["seconds"] = gemm.pop("ms") / 1e3
+    att = pd.read_csv(lease / ATTENTION_TABLE)
+    # The attention table names heads, not models.
+    shapes = {m: Shape.of(load_config(m)) for m in sorted(gemm.model.unique())}
+    models = {(s.heads, s.kv_heads): m for m, s in shapes.items()}
+    att = att.assign(model=[models.get((h, k)) for h, k in zip(att.heads, att.kv_heads)])
+    att = att.dropna(subset=["model"])
+    att = att[att.engine_ms.notna()]
+    decode = att.kind == "decode"
+    rows = pd.DataFrame({"model": att.model,
+                         "op": ["decode_attention" if d else "prefill_attention" for d in decode],
+                         "tokens": att.batch.where(decode, att.query_len), "context": att.context,
+                         "batch": att.batch, "seconds": att.engine_ms / 1e3})
+    return pd.concat([gemm, rows], ignore_index=True)[list(KERNEL_COLUMNS)]
 
 
 def _round(value, digits: int = 4):
@@ -58,9 +99,8 @@ def as_yaml(cal: Calibration, device: str) -> str:
                  if device != "a100" else "attention: vidur's A100 Llama-2-7B attention.csv rows")
     if lease:
         attention = (f"then refitted to the GPU {lease} "
-                     f"(docs/gpu/{device}/{lease.split()[1]}/steps/: "
-                     "the engine's attention, cuBLAS projections between the token counts it "
-                     "timed)")
+                     f"(docs/gpu/{device}/{lease.split()[1]}/steps/: the engine's attention, "
+                     f"cuBLAS projections between the token counts it timed)")
     measured_on = (f" on the {BORROWED[device].upper()} (same chip; nothing measured on this one)"
                    if device in BORROWED else "")
     vidur = ", ".join(f for f in cal.fitted_from if f != lease)

@@ -52,31 +52,23 @@ def as_engine_times(cm: RooflineCostModel, ops: dict[str, float], tokens: int) -
             "attention": ops["prefill_attention"] + ops["decode_attention"] + part["rope"]}
 
 
-def _op_rows(table: pd.DataFrame) -> list[tuple[str, list, list, pd.Series]]:
-    """A dense op's iteration is a whole prompt; an attention's, its chunk or decode batch."""
-    rows = []
-    for _, row in table.iterrows():
-        t, x, b = int(row.tokens), int(row.context), int(row.batch)
-        if row.op in DENSE_OPS:
-            rows.append((row.op, [(t, t)], [], row))
-        elif row.op == "prefill_attention":
-            rows.append(("attention", [(t, x)], [], row))
-        elif row.op == "decode_attention":
-            rows.append(("attention", [], [x] * b, row))
-    return rows
-
-
 def compare(device: str, model: str, table: pd.DataFrame, dtype: str = "bfloat16"
             ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Whole-model seconds; ``profile_s``: the profile cost model on this same table."""
     config = load_config(model)
     cms = cost_models(device, config, dtype)
     ops = []
-    for name, prefills, decodes, row in _op_rows(table):
+    for row in table.itertuples():
+        t, x, b = int(row.tokens), int(row.context), int(row.batch)
+        # A dense op's iteration is a whole prompt; an attention's, its chunk or decode batch.
+        name, prefills, decodes = {"prefill_attention": ("attention", [(t, x)], []),
+                                   "decode_attention": ("attention", [], [x] * b)
+                                   }.get(row.op, (row.op, [(t, t)], []))
+        if row.op not in (*DENSE_OPS, "prefill_attention", "decode_attention"):
+            continue
         tokens = batch_tokens(prefills, decodes)
-        ops.append({"device": device, "model": model, "op": row.op, "tokens": int(row.tokens),
-                    "context": int(row.context), "batch": int(row.batch),
-                    "measured_s": float(row.seconds)}
+        ops.append({"device": device, "model": model, "op": row.op, "tokens": t, "context": x,
+                    "batch": b, "measured_s": float(row.seconds)}
                    | {f"{n}_s": as_engine_times(cm, cm.iteration_cost(prefills, decodes).ops,
                                                 tokens)[name]
                       for n, cm in cms.items()})

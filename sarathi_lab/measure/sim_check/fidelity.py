@@ -27,8 +27,7 @@ DECODE_CONTEXT = 1089  # every measured batch size has a decode row here
 ITERATIONS = {
     **{f"decode b={b}": ([], b) for b in (1, 4, 16, 32, 64, 128)},
     **{f"prefill {c}@{x}": ([(c, x)], 0) for c, x in ((112, 112), (288, 288), (512, 512),
-                                                      (1024, 1024),
-                                                        (512, 2048), (1024, 3072))},
+                                                      (1024, 1024), (512, 2048), (1024, 3072))},
     **{f"hybrid {c}@{x}+{b}": ([(c, x)], b) for c, x, b in ((512, 1536, 8), (512, 1536, 32),
                                                             (112, 1136, 64))},
 }
@@ -63,16 +62,13 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
         return {op: cm.gemm_s(tokens, k, n) for op, (k, n) in shape.gemms.items()} | {
             "pointwise": cm.pointwise_s(tokens), "embedding": cm.embedding_s(tokens)}
 
-    def measured_attention(prefills, decodes):
-        return (sum(prefill(c, x - c)[0] for c, x in prefills)
-                + (decode(decodes, DECODE_CONTEXT)[0] if decodes else 0.0))
-
     def measured_iteration(prefills, decodes: int) -> float:
         ops = measured_ops(sum(c for c, _ in prefills) + decodes)
         total = shape.layers * sum(v for k, v in ops.items() if k != "embedding") + ops["embedding"]
         if not has_attention:
             return total
-        return total + shape.layers * measured_attention(prefills, decodes)
+        return total + shape.layers * (sum(prefill(c, x - c)[0] for c, x in prefills)
+                                       + (decode(decodes, DECODE_CONTEXT)[0] if decodes else 0.0))
 
     def predicted_iteration(cm: RooflineCostModel, prefills, decodes: int) -> float:
         # The measured kernels hold no LM head.

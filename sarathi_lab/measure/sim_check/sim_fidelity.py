@@ -18,11 +18,9 @@ from sarathi_lab.sim.profiles import profiles_dir
 DOCS = REPO_ROOT / "docs" / "sim"
 GPU_DOCS = REPO_ROOT / "docs" / "gpu"
 SMOKE_OPS = (1, 128, 136, 1024)
-OUTPUTS = (*(f"fidelity_{name}.csv" for name in ("ops", "iterations", "errors", "attention_holdout",
-                                                 "all_reduce",
-                                                   "tp_errors", "engine_profile_ops",
-                                                   "engine_profile_iterations",
-                                                   "engine_profile_errors", "graph_replay")),
+OUTPUTS = (*(f"fidelity_{name}.csv" for name in (
+    "ops", "iterations", "errors", "attention_holdout", "all_reduce", "tp_errors",
+    "engine_profile_ops", "engine_profile_iterations", "engine_profile_errors", "graph_replay")),
            "fidelity.png", "fidelity_engine_profile.png")
 
 
@@ -80,8 +78,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
                          f"model and kind", fontsize=9)
         row[1].legend(fontsize=7)
     fig.suptitle(f"Simulated (cost models roofline, calibrated, holdout) against {VIDUR} GPU "
-                 f"kernels (their data, "
-                 "MIT licence)", fontsize=10)
+                 f"kernels (their data, MIT licence)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     return fig
@@ -286,8 +283,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         row[2].legend(fontsize=7, loc="upper right")
     gpus = ", ".join(d.upper() for d in sorted(set(iterations.device)))
     fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its "
-                 f"launches count), "
-                 "against the cost models that exist there", fontsize=10)
+                 f"launches count), against the cost models that exist there", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     fig.savefig(path, dpi=90)
     return fig

@@ -1,8 +1,6 @@
 """Pipeline bubbles of Orca-style hybrid batching against SARATHI's chunked prefills, GPT-3 on TP8 x
-PP8 A100s, served by the engine's loop over the simulated pipeline (docs/sim/README.md, section 2).
-
-    python -m sarathi_lab.measure.sim_check.sim_pipeline [--smoke] [--out DIR]
-"""
+PP8 A100s, served by the engine's loop over the simulated pipeline (docs/sim/README.md,
+section 2)."""
 from __future__ import annotations
 
 import time
@@ -111,9 +109,8 @@ def write(summary: pd.DataFrame, results: dict[str, PipelineRun], out: Path) -> 
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--smoke", action="store_true", help="300 requests instead of 10,000")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="default docs/sim (smoke: ./sim_pipeline_smoke)")
-    parser.add_argument("--requests", type=positive_int, default=None)
+    parser.add_argument("--out", type=Path, help="default docs/sim (smoke: ./sim_pipeline_smoke)")
+    parser.add_argument("--requests", type=positive_int)
     parser.add_argument("--force", action="store_true",
                         help="replace tables of another request count in OUT")
     args = parser.parse_args(argv)

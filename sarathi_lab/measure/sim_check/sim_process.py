@@ -38,8 +38,7 @@ def run_once(checkout: Path, trace: Path, out: Path,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([python, "-m", "sarathi_lab.run", *OVERRIDES, f"workload.path={trace}",
                            f"hydra.run.dir={out}"], cwd=checkout, env=env, capture_output=True,
-                           text=True,
-                          check=False)
+                          text=True, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"error: the run of {checkout} failed (exit {done.returncode}): "
@@ -53,9 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--requests", type=positive_int, default=4096)
     parser.add_argument("--runs", type=positive_int, default=5, help="runs of each checkout")
-    parser.add_argument("--against", type=Path, default=None,
-                        help="another checkout (e.g. `git worktree add /tmp/before COMMIT`), run "
-                             "alternately")
+    parser.add_argument("--against", type=Path, help="another checkout (e.g. `git worktree add "
+                        "/tmp/before COMMIT`), run alternately")
     parser.add_argument("--python", default=sys.executable, help="the interpreter the runs use")
     args = parser.parse_args(argv)
     checkouts = {"this": REPO_ROOT}

@@ -200,14 +200,13 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_cloc
              progress=print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The profile must exist, measured on the same clock (``cpu_clock``, else the wall one)."""
     rows, points = [], []
-    probe = host_probe(model, profile_path("cpu", model), CPUClock() if cpu_clock else None)
+    clock = CPUClock if cpu_clock else lambda: None
+    probe = host_probe(model, profile_path("cpu", model), clock())
     cpu_ceilings.ensure("float32")
     for case in which or cases():
         slowdown = probe()
-        real = run_case(case, model, CPUClock() if cpu_clock else None)
-        again = None
-        if case.repeat_real:
-            again = run_case(case, model, CPUClock() if cpu_clock else None)
+        real = run_case(case, model, clock())
+        again = run_case(case, model, clock()) if case.repeat_real else None
         sim = run_case(case, model, executor="sim", sim_device="cpu", sim_cost_model="profile")
         row = compare(case, real, sim, again) | {"sim_cpu_s": sim.cpu_s,
                                                  "host_slowdown_vs_profile": slowdown}
@@ -288,8 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--smoke", action="store_true",
                         help="model tiny at CI size (profile into OUT)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where the table and figure go (default docs/sim)")
+    parser.add_argument("--out", type=Path, help="where the table and figure go (default docs/sim)")
     parser.add_argument("--reprofile", action="store_true",
                         help="measure the profile again even if one exists")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",

@@ -1,14 +1,7 @@
 """The simulator against the real engine's own runs on a GPU: every measured run under a results
-root rebuilt from its own overrides with ``executor=sim`` under each cost model, and every iteration
-it timed compared with the cost model's (docs/sim/README.md, sections 9 and 9c). A serving run
-(orca_compare, pd_ratio, any task=serve) is served again on the virtual clock: batches, iteration
-times, served latencies and the pd_ratio gains; a measurement task's run (per_token_cost,
-decode_speedup, chunk_overhead, tile_quantization) runs its own hand-built batches again, each
-priced by the cost model (``task_tables``). Reported per run kind, cost model and iteration kind
-(decode, prefill, hybrid): the median and worst |simulated / measured - 1| (``sim_vs_gpu_report``).
-
-``--smoke`` measures tiny runs and a tiny profile on this CPU first: the same code path at CI
-size."""
+root rebuilt with ``executor=sim`` under each cost model, every iteration (a task's quantity) it
+timed compared with the cost model's, per run kind, cost model and iteration kind
+(docs/sim/README.md, sections 9 and 9c). ``--smoke``: the same path on tiny CPU runs."""
 from __future__ import annotations
 
 import argparse
@@ -49,7 +42,6 @@ from sarathi_lab.measure.sim_check.sim_validate import (
 from sarathi_lab.sim.cost_model import CostModel
 from sarathi_lab.sim.profiles import profile_path
 
-COST_MODELS = SIM_COST_MODELS
 SERVE = "serve"
 LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
 # Command-line keys a simulated rebuild sets itself (or must not inherit).
@@ -173,16 +165,15 @@ class Comparison(NamedTuple):
     unavailable: pd.DataFrame
 
 
-def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
+def compare(runs: Path, work: Path, device: str, cost_models=SIM_COST_MODELS,
             progress=print) -> Comparison:
     """Every comparable run under ``runs`` rebuilt under each cost model that runs on ``device``."""
     rows, points, missing = [], [], Counter()
     compared = finished_runs(runs)[0]
     refused = refusals(compared, device, cost_models)
     for run_dir in compared:
-        record = read_record(run_dir / METRICS)
-        config, kind = record["config"], run_dir.relative_to(runs).parts[0]
-        env = record["environment"]
+        record, kind = read_record(run_dir / METRICS), run_dir.relative_to(runs).parts[0]
+        config, env = record["config"], record["environment"]
         ident = {"run_kind": kind, "task": config.get("task"), "job": run_dir.name,
                  **{k: config.get(k) for k in _KEYS}, "measured_on": env.get("device_name"),
                  "measured_timing_unreliable": bool(env.get("timing_unreliable"))}
@@ -212,7 +203,7 @@ def compare(runs: Path, work: Path, device: str, cost_models=COST_MODELS,
     return Comparison(pd.DataFrame(rows), every, unavailable)
 
 
-def gains(runs: Path, work: Path, cost_models=COST_MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def gains(runs: Path, work: Path, cost_models=SIM_COST_MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """pd_ratio's gain per point, measured beside each cost model's, and their claims rows (runs
     flagged timing-unreliable kept: the simulation rebuilt every run)."""
     keys = [*derive.WORKLOAD_KEYS, "chunk"]
@@ -242,7 +233,7 @@ OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv"
            "errors.png")
 
 
-def comparison_provenance(runs: list[Path], device: str, cost_models=COST_MODELS,
+def comparison_provenance(runs: list[Path], device: str, cost_models=SIM_COST_MODELS,
                           lease: str = "") -> provenance.Provenance:
     """Where no run recorded its commit, the lease's: a lease ran at the commit it names."""
     envs = [read_record(run / METRICS)["environment"] for run in runs]
@@ -315,24 +306,21 @@ def main(argv: list[str] | None = None) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--runs", type=Path, default=None,
-                        help="the measured runs' results root (required "
+    parser.add_argument("--runs", type=Path, help="the measured runs' results root (required "
                         "unless --smoke): <experiment>/multiruns/<sweep>/<job>/")
-    parser.add_argument("--lease", default=None,
-                        help="the GPU lease the runs come from, <date>_<commit> as "
+    parser.add_argument("--lease", help="the GPU lease the runs come from, <date>_<commit> as "
                         "docs/gpu/<device>/<lease>/ names it: names the output folder and is "
                         "recorded")
-    parser.add_argument("--out", type=Path, default=None, help="where the tables and figure go "
+    parser.add_argument("--out", type=Path, help="where the tables and figure go "
                         "(default docs/sim/vs_gpu/<device>_<lease>; with --smoke sim_vs_gpu_smoke)")
-    parser.add_argument("--work", type=Path, default=None,
-                        help="where the simulated runs and every compared "
+    parser.add_argument("--work", type=Path, help="where the simulated runs and every compared "
                         "iteration (points.csv) go (default outputs/sim_vs_gpu; with --smoke "
                         "OUT/work)")
     parser.add_argument("--device", default="h200",
                         help="the simulated device: the one the runs were measured on")
-    parser.add_argument("--cost-model", type=names_of(SIM_COST_MODELS), default=list(COST_MODELS),
-                        help="the cost models to compare, comma-separated; "
-                             "one the device cannot run is reported")
+    parser.add_argument("--cost-model", type=names_of(SIM_COST_MODELS),
+                        default=list(SIM_COST_MODELS), help="the cost models to compare, "
+                        "comma-separated; one the device cannot run is reported")
     parser.add_argument("--smoke", action="store_true",
                         help="measure tiny runs and a profile on this CPU first "
                         "and compare against them (device cpu)")
@@ -346,8 +334,7 @@ def _places(parser: argparse.ArgumentParser,
             args: argparse.Namespace) -> tuple[str, Path, Path, Path]:
     if args.lease is not None and not LEASE.fullmatch(args.lease):
         parser.error(f"--lease {args.lease!r} is invalid: must be <date>_<commit> as "
-                     f"docs/gpu/<device>/ "
-                     "names a lease (e.g. 2026-11-27_9e2ae41)")
+                     f"docs/gpu/<device>/ names a lease (e.g. 2026-11-27_9e2ae41)")
     device, runs = ("cpu", None) if args.smoke else (args.device, args.runs)
     if args.smoke:
         out = args.out or Path("sim_vs_gpu_smoke")

@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 TAKES_CONTEXT = True  # every trial is a serving run of its own
 
 # What the trials table and the summary keep of each trial.
-
 TRIAL_COLUMNS = ("itl_p99_s", "sched_delay_p50_s", "ttft_p50_s", "tpot_p50_s", "goodput_rps",
                  "slo_attainment", "saturated", "num_unfinished", "makespan_s")
 
@@ -141,5 +140,4 @@ def _why(found, search) -> str:
     if not found.bounded and max(tried) >= search.max_qps:
         return (f"every rate up to capacity.max_qps={search.max_qps} passed: "
                 f"capacity >= {found.capacity_rps}")
-
     return f"capacity.max_trials={search.max_trials} ran out"

@@ -39,5 +39,4 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     summary = {"tile": m.tile, "token_step": m.token_step, "tile_jump": tile_jump(total, m.tile),
                "max_tokens_per_ms": float((1 / per_token).max()),
                "ms_at_max_tokens": float(total.iloc[-1])}
-
     return summary, {"sweep": sweep}

@@ -27,5 +27,4 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
                "decode_over_prefill": per_token.decode / per_token.prefill,
                "prefill_tokens_per_ms": 1 / per_token.prefill,
                "decode_tokens_per_ms": 1 / per_token.decode}
-
     return summary, {"ops": ops}

@@ -65,7 +65,6 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     table = pd.DataFrame([{"iteration": kind, "ms": statistics.median(s) * 1e3,
                            "ms_min": min(s) * 1e3, "ms_max": max(s) * 1e3,
                            "tokens": made[kind].num_tokens}
-
                           for kind, s in seconds.items()]).assign(chunk_align=sched.chunk_alignment)
     row = decode_speedup(table.assign(seq_len=context, batch_size=size, chunk=tokens)).iloc[0]
     summary = {k: float(row[k]) for k in ("baseline_ms_per_decode", "piggybacked_ms_per_decode")}

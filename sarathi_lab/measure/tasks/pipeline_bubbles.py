@@ -7,18 +7,17 @@ import contextlib
 import dataclasses
 import logging
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, stage_busy_s
+from sarathi_lab.engine.metrics import IterationRecord
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.harness.tasks import TaskContext
 from sarathi_lab.harness.workloads import build_workload
 from sarathi_lab.measure.profiling import link
-from sarathi_lab.measure.tasks._stage_timeline import TIMELINE_COLUMNS, engine_timeline, spans
 from sarathi_lab.measure.tasks.profile import _device
 from sarathi_lab.plan import build_scheduler
 from sarathi_lab.sim.handoff import Handoff
@@ -33,6 +32,62 @@ HANDOFF_SEED = 1000   # added to the run's seed: the handoff's requests are neve
 
 log = logging.getLogger(__name__)
 
+# When each micro-batch ran on each stage: the executor's own timeline, else an estimate from the
+# iterations (exact only for one micro-batch in flight, and marked so).
+TIMELINE_COLUMNS = ("stage", "micro_batch", "start_s", "end_s")
+# Where recorded: when a stage had the command, when its host work was done, and its tokens.
+HOST_COLUMNS = ("command_s", "planned_s", "tokens")
+
+
+def estimated_timeline(iterations: list[IterationRecord], layers: list[int]) -> pd.DataFrame:
+    """The forward runs stage after stage, each its share of the layers."""
+    share = np.cumsum([0, *layers]) / sum(layers)
+    begins = [it.start + it.schedule_time + it.prepare_time for it in iterations]
+    return pd.DataFrame([(s, k, begin + share[s] * it.forward_time,
+                          begin + share[s + 1] * it.forward_time)
+                         for k, (it, begin) in enumerate(zip(iterations, begins))
+                         for s in range(len(layers))],
+                        columns=list(TIMELINE_COLUMNS))
+
+
+def engine_timeline(llm, num_micro_batches: int,
+                    first: int | None = None) -> tuple[pd.DataFrame, bool]:
+    """(spans from 0, estimated?); ``first``: the first micro-batch's number (None: the last N)."""
+    executor = llm.engine.executor
+    if hasattr(executor, "stage_timeline"):
+        timeline = executor.stage_timeline()
+        # A stage's tensor-parallel ranks compute in lock step: its first rank speaks for it.
+        kept_columns = [c for c in (*TIMELINE_COLUMNS, *HOST_COLUMNS) if c in timeline.columns]
+        timeline = timeline.sort_values("rank").drop_duplicates(["stage", "micro_batch"])
+        timeline = timeline[kept_columns]
+        numbers = sorted(timeline.micro_batch.unique())
+        kept = ([m for m in numbers if first <= m < first + num_micro_batches] if first is not None
+                else numbers[-num_micro_batches:] if num_micro_batches else [])
+        timeline = timeline[timeline.micro_batch.isin(kept)].copy()
+        timeline["micro_batch"] = timeline.micro_batch.map({m: i for i, m in enumerate(kept)})
+        return timeline.sort_values(["micro_batch", "stage"]).reset_index(drop=True), False
+    from sarathi_lab.model.parallel.stages import Stage
+
+    stages, total = llm.config.pipeline_parallel, llm.model_config.num_hidden_layers
+    layers = [Stage.of(total, stages, s).num_layers for s in range(stages)]
+    log.warning("the executor records no stage timeline: each stage's spans are estimated from "
+                "the iterations (one micro-batch in flight), not measured")
+    its = llm.metrics.iterations[-num_micro_batches:] if num_micro_batches else []
+    return estimated_timeline(its, layers), True
+
+
+def spans(timeline: pd.DataFrame, stages: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end): [stages, micro-batches] seconds from a timeline's rows."""
+    n = int(timeline.micro_batch.max()) + 1 if len(timeline) else 0
+    start, end = np.full((stages, n), np.nan), np.full((stages, n), np.nan)
+    at = timeline.stage.to_numpy(int), timeline.micro_batch.to_numpy(int)
+    start[at] = timeline.start_s.to_numpy(float)
+    end[at] = timeline.end_s.to_numpy(float)
+    if np.isnan(start).any():
+        raise ValueError("the stage timeline misses a micro-batch on some stage: "
+                         "every micro-batch runs on every stage")
+    return start, end
+
 
 def check(cfg, context: int) -> None:
     stages = cfg.engine.pipeline_parallel
@@ -46,7 +101,6 @@ def check(cfg, context: int) -> None:
                           f"engine.pipeline_parallel={stages}: {cores} cores may run this "
                           "process, fewer than one a rank; allowed: measure.pin_stages=false, or "
                           "fewer stages")
-
     if handoff is not None and cfg.workload.kind in ("trace", "trace_lengths"):
         raise ConfigError(f"measure.handoff_requests={handoff} is invalid with "
                           f"workload={cfg.workload.kind}: the handoff's requests are drawn from a "
@@ -121,20 +175,19 @@ def measure_handoff(cfg, llm) -> Handoff | None:
 
 
 def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
-             max_in_flight: int | None = None, profile: Path | None = None,
-             cores: list[int] | None = None, handoff: Handoff | None = None):
+             max_in_flight: int | None, cores: list[int], handoff: Handoff | None):
     """The run on the simulated pipeline, priced by this device's profile and a link measured now:
     (result, its cost model, link), or (None, why, None)."""
     cfg = llm.config
-    path = profile or own_profile_path(_device(llm)[0], cfg.model)
-    if not Path(path).is_file():
+    path = own_profile_path(_device(llm)[0], cfg.model)
+    if not path.is_file():
         return None, (f"none: no profile of model={cfg.model} on this device ({path}); measure one "
                       f"with python -m sarathi_lab.run task=profile model={cfg.model} (the run's "
                       "dtype and threads)"), None
     whole = ProfileCostModel.from_csv(path, llm.model_config, str(llm.dtype).removeprefix("torch."))
     item = llm.dtype.itemsize
     try:
-        measured = link.measure(cores[:2] if cores and len(cores) >= 2 else None)
+        measured = link.measure(cores[:2] if len(cores) >= 2 else None)
     except RuntimeError as e:
         log.warning("task=pipeline_bubbles: %s; its prediction assumes %s", e, LOOPBACK.describe())
         measured = LOOPBACK
@@ -148,7 +201,6 @@ def simulate(llm, lengths: list[tuple[int, int]], arrivals: list[float] | None,
 def _prediction(sim, stages: int, requests: int
                 ) -> tuple[dict[str, float], np.ndarray, np.ndarray, pd.DataFrame]:
     """NaN and empty without a simulated run, so that the measurement stands alone."""
-
     if sim is None:
         nan = np.full(requests, np.nan)
         keys = ("sim_bubble_p50_s", "sim_bubble_p90_s", "sim_bubble_mean_s", "sim_makespan_s",
@@ -156,11 +208,9 @@ def _prediction(sim, stages: int, requests: int
         empty = pd.DataFrame(columns=list(TIMELINE_COLUMNS))
         return dict.fromkeys(keys, float("nan")), nan, nan, empty
     finish = np.array([r.finish for r in sorted(sim.metrics.requests, key=lambda r: r.request_id)])
-    n_stages, n_mb = sim.stage_start_s.shape
-    timeline = pd.DataFrame([{"stage": s, "micro_batch": k, "start_s": sim.stage_start_s[s, k],
-                              "end_s": sim.stage_end_s[s, k]}
-                             for s in range(n_stages) for k in range(n_mb)],
-                            columns=list(TIMELINE_COLUMNS))
+    stage, micro_batch = np.indices(sim.stage_start_s.shape)
+    timeline = pd.DataFrame(dict(zip(TIMELINE_COLUMNS, (
+        stage.ravel(), micro_batch.ravel(), sim.stage_start_s.ravel(), sim.stage_end_s.ravel()))))
     summary = _quantiles("sim_bubble", sim.request_bubble_s) | {
         "sim_makespan_s": sim.makespan_s, "sim_num_micro_batches": sim.num_micro_batches,
         "sim_stage_idle_share": float(1 - sum(sim.stage_busy_s) / (stages * sim.makespan_s)),

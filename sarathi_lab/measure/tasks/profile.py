@@ -83,7 +83,6 @@ def check_context(cfg, context: int) -> None:
     if cfg.measure.max_tokens is not None and cfg.measure.max_tokens >= cfg.chunk + cfg.batch_size:
         setting = f"measure.max_tokens={cfg.measure.max_tokens}"
         way = f"measure.max_tokens <= {context}"
-
     else:
         setting = f"chunk={cfg.chunk}"
         way = f"chunk + batch_size <= {context} (batch_size={cfg.batch_size})"
@@ -125,7 +124,6 @@ def reference_forward_s(llm, batches: SyntheticBatches, reference: dict[str, int
 
 def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     _check_replace(cfg, llm)
-
     g, reps = grids(cfg), cfg.measure.reps
     batches = SyntheticBatches(llm, seed=cfg.seed)
     rows: list[tuple] = []
@@ -185,8 +183,7 @@ def _head_and_sampler(llm, sizes: list[int], reps: int) -> list[tuple]:
     clock = llm.engine.clock
     rows = []
     for n in sizes:
-        hidden = torch.randn(n, model.config.hidden_size, device=llm.device)
-        hidden = hidden.to(llm.dtype)
+        hidden = torch.randn(n, model.config.hidden_size, device=llm.device).to(llm.dtype)
         logits = model.lm_head(model.norm(hidden))
         head_s = median_time(lambda h=hidden: model.lm_head(model.norm(h)), reps, clock)
         rows += [("lm_head", n, 0, n, head_s),
@@ -208,8 +205,7 @@ def _torch_dtype(llm) -> str:
 
 
 def _device(llm) -> tuple[str, str | None]:
-    torch_device = llm.device
-    gpu = torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else None
+    gpu = torch.cuda.get_device_name(llm.device) if llm.device.type == "cuda" else None
     return ("cpu" if gpu is None else device_slug(gpu)), gpu
 
 
@@ -249,7 +245,6 @@ def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:
                | ({"gpu": gpu} if gpu is not None else {}))
     keys = ("model", "dtype", "attention", "block_size", "cpu_linear")
     settings = {k: getattr(llm.config, k) for k in keys}
-
     description = {"machine": machine, "engine": settings | {"torch_dtype": _torch_dtype(llm)},
                    "clock": type(llm.engine.clock).__name__,
                    "grids": grids(cfg), "reps": cfg.measure.reps, "drift": drift,

@@ -52,14 +52,11 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
             metrics = _serve_alone(llm, prompt, decode_len, chunk)
             runs[mode].append((*_prefill(metrics), metrics.summary()["makespan_s"]))
     med = {mode: [statistics.median(col) for col in zip(*rows)] for mode, rows in runs.items()}
-    rows = [
-        {"component": "attention", "whole_ms": attention["whole_ms"],
-         "chunked_ms": attention["chunked_ms"]},
-        {"component": "prefill", "whole_ms": med["whole"][0] * 1e3,
-         "chunked_ms": med["chunked"][0] * 1e3},
-        {"component": "end_to_end", "whole_ms": med["whole"][2] * 1e3,
-         "chunked_ms": med["chunked"][2] * 1e3},
-    ]
+    rows = [{"component": "attention", "whole_ms": attention["whole_ms"],
+             "chunked_ms": attention["chunked_ms"]}]
+    rows += [{"component": component, "whole_ms": med["whole"][i] * 1e3,
+              "chunked_ms": med["chunked"][i] * 1e3}
+             for component, i in (("prefill", 0), ("end_to_end", 2))]
     overhead = pd.DataFrame(rows).assign(slowdown=lambda d: d.chunked_ms / d.whole_ms)
     slowdown = overhead.set_index("component").slowdown
     kv_whole, kv_chunked = med["whole"][1], med["chunked"][1]
@@ -68,5 +65,4 @@ def run(cfg, llm) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
                "kv_tokens_read_chunked": kv_chunked, "kv_reread_ratio": kv_chunked / kv_whole,
                "num_chunks": -(-prompt_len // cfg.chunk), "prompt_len": prompt_len,
                "decode_len": decode_len}
-
     return summary, {"overhead": overhead}
