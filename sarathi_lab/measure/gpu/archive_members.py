@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sarathi_lab.analysis.gpu_records import MAX_FILE_BYTES, NAME_PART
+from sarathi_lab.analysis import gpu_records
+from sarathi_lab.analysis.gpu_records import MAX_FILE_BYTES, NAME_PART, SUMMARY, Summary
 
 # the archive on disk (a call brings back at most MAX_FILE_BYTES of it)
 MAX_ARCHIVE_BYTES = 64 << 20
@@ -160,6 +161,22 @@ def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, label: str) -> by
         raise ArchiveRefused(f"{label} is invalid: member {_shown(member.name)} holds {len(data)} "
                              f"bytes, not the {member.size} its header says")
     return data
+
+
+def file_bytes(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], name: str,
+               label: str) -> bytes | None:
+    """A file member's bytes by name; None where there is none (or a folder)."""
+    if name not in members or members[name].isdir():
+        return None
+    return read_member(tar, members[name], label)
+
+
+def read_summary(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
+                 label: str) -> Summary | None:
+    """The suite's summary.json checked against its schema; None where the archive has none."""
+    data = file_bytes(tar, members, SUMMARY, label)
+    where = f"{label}'s {SUMMARY}"
+    return None if data is None else gpu_records.summary(gpu_records.parse_json(data, where), where)
 
 
 def _reason(e: BaseException) -> str:
