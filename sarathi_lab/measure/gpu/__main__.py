@@ -239,7 +239,7 @@ def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace,
     planned = queue.plan_steps(queue.kept_runs(REPO_ROOT / "docs" / "gpu") + [
         r for source in (args.out or REPO_ROOT / "outputs" / "gpu", args.restore) if source
         for r in queue.suite_in_progress(source)])
-    print(queue.format_queue(planned, budget or GPU_BUDGET_MIN, _commit()))
+    print(queue.format_queue(planned, budget or GPU_BUDGET_MIN, engine_code.short_commit() or "?"))
     chosen = queue.head(planned, budget or GPU_BUDGET_MIN)
     if not args.run or not chosen:
         return None
@@ -279,8 +279,8 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
                out: Path, export: Path | None, budget: float | None) -> int:
     deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
-    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget,
-             "started": time.strftime("%F %T"), "own": args.own}
+    suite = {"dry_run": args.dry_run, "commit": engine_code.short_commit() or "?",
+             "budget_min": budget, "started": time.strftime("%F %T"), "own": args.own}
     job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
     _check_fits(parser, budget, todo, f"none of the {len(todo)} steps left in {out}")
@@ -331,13 +331,6 @@ def exit_code(out: Path, names: list[str]) -> int:
         return 3
     return 1 if left else 0
 
-
-def _commit() -> str:
-    """Short commit: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (a copy without .git)."""
-    from sarathi_lab.code_commit import source_commit
-
-    commit = source_commit()[0]
-    return commit[:7] if commit else "?"
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,6 +5,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+from sarathi_lab.code_commit import source_commit
 from sarathi_lab.config import REPO_ROOT
 
 # Source only: build products and caches are no change of the code, and absent from a commit.
@@ -27,8 +28,7 @@ GROUP_PATHS: dict[str, tuple[str, ...]] = {
     "tune": ("kernels/sarathi_kernels", "sarathi_lab/measure/profiling"),
     "engine": ENGINE,
     "overhead": (*ENGINE, "sarathi_lab/measure/profiling"),
-    "launch": (*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/analysis/launch_grid.py",
-               "sarathi_lab/measure/gpu/steps/launch_overlap.py"),
+    "launch": (*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/analysis/launch_grid.py"),
     "profile": (*ENGINE, *RUNS),
     "paper": (*ENGINE, *RUNS),
 }
@@ -88,5 +88,11 @@ def commit_hash(paths: tuple[str, ...], commit: str, root: Path = REPO_ROOT) -> 
                     if kind == "blob" and _wanted(path)])
 
 
-def step_hash(name: str, root: Path = REPO_ROOT) -> str:
-    return tree_hash(paths_of(name), root)
+def step_hash(name: str) -> str:
+    return tree_hash(paths_of(name))
+
+
+def short_commit() -> str | None:
+    """git's HEAD, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (a copy without .git), 7 digits."""
+    commit = source_commit()[0]
+    return commit[:7] if commit else None

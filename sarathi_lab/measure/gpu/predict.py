@@ -16,7 +16,6 @@ calibration, no profile of the model) is a row saying so, not a stop.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pandas as pd
 from sarathi_lab import cli_args
 from sarathi_lab.config import REPO_ROOT, ConfigError
 from sarathi_lab.harness.results import METRICS, read_record
+from sarathi_lab.measure.gpu import engine_code
 from sarathi_lab.measure.gpu.plan import Step, select
 from sarathi_lab.measure.gpu.steps.paper import job_overrides
 
@@ -91,12 +91,6 @@ def step_totals(table: pd.DataFrame) -> pd.DataFrame:
             .agg(jobs=("job", "size"), serving_s=("serving_s", "sum")).reset_index())
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog="python -m sarathi_lab.measure.gpu.predict",
                              description=__doc__.split("\n\n")[0],
@@ -119,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         table = predict(steps, devices, cost_models, args.work or Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)
-    at = commit()
+    at = engine_code.short_commit() or "unknown"
     for device, rows in table.groupby("device", sort=False):
         path = args.out / f"predictions_{device}_{at}.csv"
         rows.to_csv(path, index=False, float_format="%.4g")

@@ -69,16 +69,15 @@ def matches(pattern: str, step: Step) -> bool:
     return step.name == pattern or step.name.startswith((pattern + ".", pattern + "-"))
 
 
-def ordered(steps: tuple[Step, ...] = STEPS,
-            queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
+def ordered() -> list[tuple[Call, list[Step]]]:
     """Each call with the steps it names (names the suite lacks skipped); then REST with others."""
     placed, calls = set(), []
-    for call in queue:
-        chosen = [s for pattern in call.steps for s in steps if matches(pattern, s)
+    for call in QUEUE:
+        chosen = [s for pattern in call.steps for s in STEPS if matches(pattern, s)
                   and s.name not in placed]
         placed.update(s.name for s in chosen)
         calls.append((call, chosen))
-    return [*calls, (REST, [s for s in steps if s.name not in placed])]
+    return [*calls, (REST, [s for s in STEPS if s.name not in placed])]
 
 
 @dataclass(frozen=True)

@@ -107,15 +107,11 @@ def restore(out: Path, archive: Path) -> int:
             except OSError as e:
                 with suppress(OSError):
                     partial.unlink(missing_ok=True)
-                raise RestoreFailed(f"--out={out} is invalid: {target.relative_to(out.resolve())} "
+                raise ValueError(f"--out={out} is invalid: {target.relative_to(out.resolve())} "
                                     f"cannot be written there ({e.strerror or e}); {restored} "
                                     "files were restored before it") from None
             restored += 1
     return restored
-
-
-class RestoreFailed(ValueError):
-    """The out directory cannot take a file of the archive; one line."""
 
 
 def results(out: Path, names: list[str]) -> list[StepResult]:
@@ -194,12 +190,11 @@ def export(out: Path, dest: Path | None) -> list[str]:
         stale.unlink()
     for path in chosen:
         target = dest / path.name
-        if target.is_symlink() or (target.exists() and not target.is_file()):
-            # Copied onto, a link would be written through: what $OUT gets is the suite's own file.
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            else:
-                target.unlink()
+        # Copied onto, a link would be written through: what $OUT gets is the suite's own file.
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.is_symlink() or (target.exists() and not target.is_file()):
+            target.unlink()
         shutil.copyfile(path, target)
     if len(figures) > room:
         notes.append(f"$OUT holds {room} of {len(figures)} figures; all are in {ARCHIVE}")
