@@ -205,23 +205,29 @@ def _writable(root: Path, paths: list[Path]) -> None:
                              "a regular file, and would be replaced")
 
 
+def _lease(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
+           archive: Path) -> tuple[Summary, str]:
+    """The archive's summary and lease; a dry run's refused, as one whose lease is unknown."""
+    summary = archive_members.read_summary(tar, members, str(archive))
+    if summary is None:
+        raise ValueError(f"{archive} is invalid: it has no readable {SUMMARY}, so its lease (the "
+                         "date and commit its steps ran at) is unknown")
+    if summary.suite.get("dry_run"):
+        raise ValueError(f"{archive} is invalid: a dry run's (tiny shapes on the CPU), not a "
+                         "GPU's measurements")
+    try:
+        return summary, lease_of(summary)
+    except ValueError as e:
+        raise ValueError(f"{archive} is invalid: {e}") from None
+
+
 def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[Path]:
     """Keeps an archive's files, all or none; dry runs, foreign archives, other leases' refused."""
     label = str(archive)
     root = Path(root).resolve()
     with archive_members.open_archive(archive, label) as (tar, members):
         device, machine = device_of(tar, members, label)
-        summary = archive_members.read_summary(tar, members, label)
-        if summary is None:
-            raise ValueError(f"{label} is invalid: it has no readable {SUMMARY}, so its lease (the "
-                             "date and commit its steps ran at) is unknown")
-        if summary.suite.get("dry_run"):
-            raise ValueError(f"{archive} is invalid: a dry run's (tiny shapes on the CPU), not a "
-                             "GPU's measurements")
-        try:
-            lease = lease_of(summary)
-        except ValueError as e:
-            raise ValueError(f"{archive} is invalid: {e}") from None
+        summary, lease = _lease(tar, members, archive)
         why = f"{archive} is invalid: its lease"
         docs = archive_members.inside(root, Path("docs", "gpu", device, lease), why)
         profiles = archive_members.inside(root, Path("profiles", device, lease), why)
