@@ -19,6 +19,9 @@ MAX_TOTAL_BYTES = 256 << 20
 MAX_TAIL_BYTES = 1 << 20
 MAX_MEMBERS = 50_000
 MAX_DEPTH = 16
+KINDS = {tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link",
+         tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE: "a character device",
+         tarfile.BLKTYPE: "a block device"}
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
 
 
@@ -62,15 +65,6 @@ def _member_name(member: tarfile.TarInfo) -> str | None:
     return None if name in ("", ".") and member.isdir() else name
 
 
-def _kind(member: tarfile.TarInfo) -> str:
-    for test, kind in ((member.issym, "a symbolic link"), (member.islnk, "a hard link"),
-                       (member.isfifo, "a FIFO"),
-                       (member.ischr, "a character device"), (member.isblk, "a block device")):
-        if test():
-            return kind
-    return f"of tar type {member.type!r}"
-
-
 def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
     """Every member by name, read through to the end and checked."""
     found: dict[str, tarfile.TarInfo] = {}
@@ -80,7 +74,8 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
             raise ArchiveRefused(f"it holds more than {MAX_MEMBERS} members")
         regular = member.type in (tarfile.REGTYPE, tarfile.AREGTYPE)
         if not regular and not member.isdir():
-            raise ArchiveRefused(f"member {_shown(member.name)} is {_kind(member)}: only regular "
+            kind = KINDS.get(member.type, f"of tar type {member.type!r}")
+            raise ArchiveRefused(f"member {_shown(member.name)} is {kind}: only regular "
                                  "files and folders are read")
         name = _member_name(member)
         if name is None:

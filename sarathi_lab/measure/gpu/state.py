@@ -15,6 +15,7 @@ from typing import Any
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import STATUSES, Metric, StepResult  # noqa: F401 (re-export)
 from sarathi_lab.config import check_choice
+from sarathi_lab.harness.results import write_atomically
 from sarathi_lab.measure.gpu import archive_members
 from sarathi_lab.measure.gpu.archive_members import MAX_FILE_BYTES
 
@@ -71,12 +72,8 @@ def write_result(out: Path, result: StepResult) -> None:
     check_choice("status", result.status, STATUSES)
     d = step_dir(out, result.step)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / "result.json.tmp"
-    try:
-        tmp.write_text(json.dumps(asdict(result), indent=1, default=str))
-        os.replace(tmp, d / "result.json")
-    finally:
-        tmp.unlink(missing_ok=True)  # only where writing or renaming failed
+    text = json.dumps(asdict(result), indent=1, default=str)
+    write_atomically(d / "result.json", lambda tmp: tmp.write_text(text))
     (d / "STARTED").unlink(missing_ok=True)
     if result.status == "done":
         (d / "DONE").write_text(f"{time.time()}\n")
