@@ -301,11 +301,9 @@ def index_text(root: Path, new: dict | None = None) -> str:
     return ("# GPU suite leases\n\nOne folder per lease, `docs/gpu/<device>/<lease>/` (lease: the "
             "date and the commit its steps ran at), written by `python -m "
             "sarathi_lab.measure.gpu.collect`, which also writes this index; the simulator reads "
-            "the "
-            "newest lease's profiles of a device unless told one (`SARATHI_PROFILE_LEASE`).\n\n| "
-            "device | lease | engine commit | engine | steps | profiles "
-            "|\n|---|---|---|---|---|---|\n"
-            + "\n".join(rows) + "\n")
+            "the newest lease's profiles of a device unless told one (`SARATHI_PROFILE_LEASE`)."
+            "\n\n| device | lease | engine commit | engine | steps | profiles |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

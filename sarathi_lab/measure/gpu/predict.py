@@ -16,6 +16,7 @@ calibration, no profile of the model) is a row saying so, not a stop.
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -73,15 +74,13 @@ def predict_job(job: list[str], device: str, cost_model: str, work: Path) -> dic
 
 def predict(steps: list[Step], devices, cost_models, work: Path) -> pd.DataFrame:
     rows = []
-    for device in devices:
-        for cost_model in cost_models:
-            for step in steps:
-                for i, job in enumerate(job_overrides(step)):
-                    row = predict_job(job, device, cost_model,
-                                      work / device / cost_model / step.name / str(i))
-                    rows.append({"step": step.name, "job": i, **row})
-                    print(f"{step.name} {device} {cost_model} {i}: "
-                          f"{row.get('error') or row.get('serving_s')}", flush=True)
+    for device, cost_model, step in itertools.product(devices, cost_models, steps):
+        for i, job in enumerate(job_overrides(step)):
+            folder = work / device / cost_model / step.name / str(i)
+            row = predict_job(job, device, cost_model, folder)
+            rows.append({"step": step.name, "job": i, **row})
+            print(f"{step.name} {device} {cost_model} {i}: "
+                  f"{row.get('error') or row.get('serving_s')}", flush=True)
     return pd.DataFrame(rows)
 
 
