@@ -106,7 +106,7 @@ def test_seeds_are_the_finished_runs_and_an_incomplete_sweep_says_its_jobs(tmp_p
 
 
 def test_sweep_record_counts_finished_runs_their_seeds_and_the_planned_jobs():
-    from sarathi_lab.measure.gpu.sweep_record import sweeps
+    from sarathi_lab.measure.gpu.collect import sweeps
     base = "paper/decode_speedup/multiruns/gpu"
     runs = {f"{base}/{i}_x/metrics.json": {"config": {"seed": i % 2}, "partial": i == 3} for i in range(4)}
     runs["steps/env/env.json"] = {}

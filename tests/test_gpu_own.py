@@ -16,8 +16,8 @@ import yaml
 from sarathi_lab.analysis import registry
 from sarathi_lab.harness import scales
 from sarathi_lab.measure.gpu import state
+from sarathi_lab.measure.gpu.own import Progress, clock
 from sarathi_lab.measure.gpu.plan import STEPS, UNSCALED_STEPS, Step, format_plan, select
-from sarathi_lab.measure.gpu.progress import Progress, clock
 from sarathi_lab.measure.gpu.state import StepResult
 from sarathi_lab.measure.gpu.steps.paper import job_overrides, sweep_dir
 

@@ -1,4 +1,4 @@
-"""The launch step's overlapped twins (measure/gpu/steps/launch_overlap.py) and their per-stream timeline
+"""The launch step's overlapped twins (measure/gpu/steps/launch.py) and their per-stream timeline
 (measure/profiling/overlap.py), with the measurement faked where it needs a GPU."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_concurrent_time_is_the_time_two_streams_are_busy(spans):
 
 def test_the_overlapped_twins_are_named_and_judged_beside_the_engine_rows(monkeypatch, tmp_path):
     from sarathi_lab import LLM
-    from sarathi_lab.measure.gpu.steps import launch_overlap
+    from sarathi_lab.measure.gpu.steps import launch as launch_overlap
 
     seen = []
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sarathi_lab import tuned_kernels
 from sarathi_lab.measure.gpu.context import Context
-from sarathi_lab.measure.gpu.steps.launch_overlap import ENTRY, table_entry
+from sarathi_lab.measure.gpu.steps.launch import ENTRY, table_entry
 from sarathi_lab.measure.gpu.steps.tune import _overlap
 from sarathi_lab.model.nano_batch import MIN_OVERLAP_TOKENS, OverlapRule
 from sarathi_lab.tuned_kernels import DEFAULT, TableRefused, load, table_for

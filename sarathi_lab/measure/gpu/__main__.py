@@ -30,7 +30,6 @@ from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.gpu import engine_code, own, queue, state
 from sarathi_lab.measure.gpu.context import wait_or_stop
 from sarathi_lab.measure.gpu.plan import Step, by_name, format_plan, named, select
-from sarathi_lab.measure.gpu.progress import POLL_S, Progress
 from sarathi_lab.measure.gpu.worker import RESTART
 
 # What a worker gets after SIGTERM to save its partial results.
@@ -62,7 +61,7 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
                                                      time.time() - began, error=why))
 
 
-def run_worker(job: dict, watch: Progress | None = None) -> int:
+def run_worker(job: dict, watch: own.Progress | None = None) -> int:
     """worker.main's ``job``; its exit status. Interrupted: stopped as at a deadline."""
     # Weights drawn in float32, cast one by one: freed pages return before the KV cache.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
@@ -74,7 +73,7 @@ def run_worker(job: dict, watch: Progress | None = None) -> int:
     try:
         while watch is not None and deadline is None and proc.poll() is None:
             with suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=POLL_S)
+                proc.wait(timeout=own.POLL_S)
             for line in watch.poll():
                 print(line, flush=True)
         code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()),
@@ -95,7 +94,7 @@ def print_table(out: Path, names: list[str]) -> None:
 
 
 def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, budget: float | None,
-              watch: Progress | None) -> bool:
+              watch: own.Progress | None) -> bool:
     """Workers until ``todo`` is settled or the budget ends; True where one died settling none."""
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
@@ -240,7 +239,7 @@ def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace,
     planned = queue.plan_steps(queue.kept_runs(REPO_ROOT / "docs" / "gpu") + [
         r for source in (args.out or REPO_ROOT / "outputs" / "gpu", args.restore) if source
         for r in queue.suite_in_progress(source)])
-    print(queue.format_queue(planned, budget or GPU_BUDGET_MIN, _commit()))
+    print(queue.format_queue(planned, budget or GPU_BUDGET_MIN, engine_code.short_commit() or "?"))
     chosen = queue.head(planned, budget or GPU_BUDGET_MIN)
     if not args.run or not chosen:
         return None
@@ -280,8 +279,8 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
                out: Path, export: Path | None, budget: float | None) -> int:
     deadline = time.time() + budget * 60 if budget else None
     names = [s.name for s in steps]
-    suite = {"dry_run": args.dry_run, "commit": _commit(), "budget_min": budget,
-             "started": time.strftime("%F %T"), "own": args.own}
+    suite = {"dry_run": args.dry_run, "commit": engine_code.short_commit() or "?",
+             "budget_min": budget, "started": time.strftime("%F %T"), "own": args.own}
     job = {"out": str(out), "deadline": deadline, "export": export and str(export), "suite": suite}
     todo = pending(out, steps, named(args.steps), args.retry_failed)
     _check_fits(parser, budget, todo, f"none of the {len(todo)} steps left in {out}")
@@ -332,13 +331,6 @@ def exit_code(out: Path, names: list[str]) -> int:
         return 3
     return 1 if left else 0
 
-
-def _commit() -> str:
-    """Short commit: git's, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (a copy without .git)."""
-    from sarathi_lab.code_commit import source_commit
-
-    commit = source_commit()[0]
-    return commit[:7] if commit else "?"
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sarathi_lab.analysis.gpu_records import MAX_FILE_BYTES, NAME_PART
+from sarathi_lab.analysis import gpu_records
+from sarathi_lab.analysis.gpu_records import MAX_FILE_BYTES, NAME_PART, SUMMARY, Summary
 
 # the archive on disk (a call brings back at most MAX_FILE_BYTES of it)
 MAX_ARCHIVE_BYTES = 64 << 20
@@ -18,6 +19,9 @@ MAX_TOTAL_BYTES = 256 << 20
 MAX_TAIL_BYTES = 1 << 20
 MAX_MEMBERS = 50_000
 MAX_DEPTH = 16
+KINDS = {tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link",
+         tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE: "a character device",
+         tarfile.BLKTYPE: "a block device"}
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
 
 
@@ -61,15 +65,6 @@ def _member_name(member: tarfile.TarInfo) -> str | None:
     return None if name in ("", ".") and member.isdir() else name
 
 
-def _kind(member: tarfile.TarInfo) -> str:
-    for test, kind in ((member.issym, "a symbolic link"), (member.islnk, "a hard link"),
-                       (member.isfifo, "a FIFO"),
-                       (member.ischr, "a character device"), (member.isblk, "a block device")):
-        if test():
-            return kind
-    return f"of tar type {member.type!r}"
-
-
 def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
     """Every member by name, read through to the end and checked."""
     found: dict[str, tarfile.TarInfo] = {}
@@ -79,7 +74,8 @@ def _checked(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
             raise ArchiveRefused(f"it holds more than {MAX_MEMBERS} members")
         regular = member.type in (tarfile.REGTYPE, tarfile.AREGTYPE)
         if not regular and not member.isdir():
-            raise ArchiveRefused(f"member {_shown(member.name)} is {_kind(member)}: only regular "
+            kind = KINDS.get(member.type, f"of tar type {member.type!r}")
+            raise ArchiveRefused(f"member {_shown(member.name)} is {kind}: only regular "
                                  "files and folders are read")
         name = _member_name(member)
         if name is None:
@@ -160,6 +156,22 @@ def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, label: str) -> by
         raise ArchiveRefused(f"{label} is invalid: member {_shown(member.name)} holds {len(data)} "
                              f"bytes, not the {member.size} its header says")
     return data
+
+
+def file_bytes(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], name: str,
+               label: str) -> bytes | None:
+    """A file member's bytes by name; None where there is none (or a folder)."""
+    if name not in members or members[name].isdir():
+        return None
+    return read_member(tar, members[name], label)
+
+
+def read_summary(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
+                 label: str) -> Summary | None:
+    """The suite's summary.json checked against its schema; None where the archive has none."""
+    data = file_bytes(tar, members, SUMMARY, label)
+    where = f"{label}'s {SUMMARY}"
+    return None if data is None else gpu_records.summary(gpu_records.parse_json(data, where), where)
 
 
 def _reason(e: BaseException) -> str:

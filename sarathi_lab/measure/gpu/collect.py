@@ -20,7 +20,7 @@ from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import COMMIT, DEVICE, StepResult, Summary
 from sarathi_lab.config import REPO_ROOT, device_slug
 from sarathi_lab.harness.environment import EAGER, GRAPHS, engine_kind
-from sarathi_lab.measure.gpu import archive_members, sweep_record
+from sarathi_lab.measure.gpu import archive_members
 from sarathi_lab.measure.gpu.archive_members import ArchiveRefused
 
 # Kept: small tables and figures; never the paper sweeps' run folders.
@@ -29,7 +29,9 @@ KEEP = re.compile(r"^(summary\.(json|csv)|claims\.csv|figures/[\w.-]+\.png"
 PROFILE = re.compile(r"^profiles/([\w.-]+)/([\w.-]+\.(csv|json))$")
 # A tuned-kernel table the tune step wrote (read once committed to sarathi_lab/tuned/).
 TUNED = re.compile(r"^steps/tune/(?!result\.json$)[\w.-]+\.json$")
-RUN = re.compile(r"^paper/[\w.-]+/multiruns/[^/]+/[^/]+/metrics\.json$")
+# paper/<experiment>/multiruns/<sweep>/<job>/metrics.json, and the sweep's launch record.
+RUN = re.compile(r"^paper/([\w.-]+)/multiruns/[^/]+/[^/]+/metrics\.json$")
+LOCK = re.compile(r"^paper/([\w.-]+)/multiruns/[^/]+/\.sweep\.lock$")
 ENV = "steps/env/env.json"
 SUMMARY = gpu_records.SUMMARY
 LEASE = gpu_records.LEASE_FILE
@@ -84,22 +86,39 @@ def lease_record(device: str, machine: str, summary: Summary, engine: str,
 
 def _json(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], name: str,
           label: str) -> dict | None:
-    if name not in members or members[name].isdir():
-        return None
     try:
-        record = json.loads(archive_members.read_member(tar, members[name], label))
+        record = json.loads(archive_members.file_bytes(tar, members, name, label) or b"null")
     except (ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
 
 
-def _summary(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], label: str) -> Summary:
-    if SUMMARY not in members or members[SUMMARY].isdir():
-        raise ValueError(f"{label} is invalid: it has no readable {SUMMARY}, so its lease (the "
-                         "date and commit its steps ran at) is unknown")
-    where = f"{label}'s {SUMMARY}"
-    data = archive_members.read_member(tar, members[SUMMARY], label)
-    return gpu_records.summary(gpu_records.parse_json(data, where), where)
+def _seed(record: dict) -> int | None:
+    for key in ("config", "resolved_config"):
+        section = record.get(key)
+        if isinstance(section, dict) and isinstance(section.get("seed"), int):
+            return section["seed"]
+    return None
+
+
+def sweeps(runs: dict[str, dict], locks: dict[str, dict]) -> dict[str, dict]:
+    """What a lease's paper sweeps ran, per experiment: ``seeds``, jobs finished and planned."""
+    found: dict[str, dict] = {}
+    for name, record in runs.items():
+        if not (m := RUN.match(name)):
+            continue
+        entry = found.setdefault(m[1], {"seeds": set(), "jobs_finished": 0, "jobs_found": 0})
+        entry["jobs_found"] += 1
+        if record.get("partial") is False or "partial" not in record:
+            entry["jobs_finished"] += 1
+            if (seed := _seed(record)) is not None:
+                entry["seeds"].add(seed)
+    planned = {m[1]: record.get("jobs") for name, record in locks.items()
+               if (m := LOCK.match(name))}
+    return {exp: {"seeds": sorted(e["seeds"]), "jobs_finished": e["jobs_finished"],
+                  "jobs_planned": max(e["jobs_found"], planned.get(exp)
+                                      if isinstance(planned.get(exp), int) else 0)}
+            for exp, e in sorted(found.items())}
 
 
 # Parsed later (the queue, publish --gpu-claims): checked before any is kept.
@@ -186,20 +205,29 @@ def _writable(root: Path, paths: list[Path]) -> None:
                              "a regular file, and would be replaced")
 
 
+def _lease(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
+           archive: Path) -> tuple[Summary, str]:
+    """The archive's summary and lease; a dry run's refused, as one whose lease is unknown."""
+    summary = archive_members.read_summary(tar, members, str(archive))
+    if summary is None:
+        raise ValueError(f"{archive} is invalid: it has no readable {SUMMARY}, so its lease (the "
+                         "date and commit its steps ran at) is unknown")
+    if summary.suite.get("dry_run"):
+        raise ValueError(f"{archive} is invalid: a dry run's (tiny shapes on the CPU), not a "
+                         "GPU's measurements")
+    try:
+        return summary, lease_of(summary)
+    except ValueError as e:
+        raise ValueError(f"{archive} is invalid: {e}") from None
+
+
 def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[Path]:
     """Keeps an archive's files, all or none; dry runs, foreign archives, other leases' refused."""
     label = str(archive)
     root = Path(root).resolve()
     with archive_members.open_archive(archive, label) as (tar, members):
         device, machine = device_of(tar, members, label)
-        summary = _summary(tar, members, label)
-        if summary.suite.get("dry_run"):
-            raise ValueError(f"{archive} is invalid: a dry run's (tiny shapes on the CPU), not a "
-                             "GPU's measurements")
-        try:
-            lease = lease_of(summary)
-        except ValueError as e:
-            raise ValueError(f"{archive} is invalid: {e}") from None
+        summary, lease = _lease(tar, members, archive)
         why = f"{archive} is invalid: its lease"
         docs = archive_members.inside(root, Path("docs", "gpu", device, lease), why)
         profiles = archive_members.inside(root, Path("profiles", device, lease), why)
@@ -215,7 +243,7 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
                 runs.append(record.get("environment") if isinstance(record.get("environment"), dict)
                             else {})
                 run_records[name] = record
-            elif sweep_record.LOCK.match(name) and (record := _json(tar, members, name, label)):
+            elif LOCK.match(name) and (record := _json(tar, members, name, label)):
                 locks[name] = record
         for name, target in targets.items():  # within root once links are followed
             archive_members.inside(root, target.relative_to(root),
@@ -228,7 +256,7 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
     record = lease_record(device, machine, summary, engine_of(runs, overhead),
                           [Path(n).stem for n in targets if PROFILE.match(n)
                            and n.endswith(".csv")])
-    record["sweeps"] = sweep_record.sweeps(run_records, locks)
+    record["sweeps"] = sweeps(run_records, locks)
     record = gpu_records.lease(record, f"{label}'s {LEASE}")
     prov = provenance.Provenance("measured GPU", machine=machine, lease=lease,
                                  commit=record["commit"],
@@ -273,11 +301,9 @@ def index_text(root: Path, new: dict | None = None) -> str:
     return ("# GPU suite leases\n\nOne folder per lease, `docs/gpu/<device>/<lease>/` (lease: the "
             "date and the commit its steps ran at), written by `python -m "
             "sarathi_lab.measure.gpu.collect`, which also writes this index; the simulator reads "
-            "the "
-            "newest lease's profiles of a device unless told one (`SARATHI_PROFILE_LEASE`).\n\n| "
-            "device | lease | engine commit | engine | steps | profiles "
-            "|\n|---|---|---|---|---|---|\n"
-            + "\n".join(rows) + "\n")
+            "the newest lease's profiles of a device unless told one (`SARATHI_PROFILE_LEASE`)."
+            "\n\n| device | lease | engine commit | engine | steps | profiles |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

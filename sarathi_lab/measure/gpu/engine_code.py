@@ -5,6 +5,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+from sarathi_lab.code_commit import source_commit
 from sarathi_lab.config import REPO_ROOT
 
 # Source only: build products and caches are no change of the code, and absent from a commit.
@@ -15,21 +16,19 @@ ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model",
 RUNS = ("sarathi_lab/harness", "sarathi_lab/conf", "sarathi_lab/host_load.py",
         "sarathi_lab/measure/tasks", "sarathi_lab/measure/profiling",
         "sarathi_lab/analysis/quantities.py")
+ATTENTION = ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/measure/profiling",
+             "sarathi_lab/model/shape.py", "sarathi_lab/model/floors.py")
 # Each step group's own inputs beside its module (sarathi_lab/measure/gpu/steps/<group>.py).
 GROUP_PATHS: dict[str, tuple[str, ...]] = {
     "env": ("sarathi_lab/measure/profiling/ceilings.py",),
     "kernels": ("kernels", "sarathi_lab/measure/profiling/kernel_check.py",
                 "sarathi_lab/measure/profiling/kernel_record.py"),
-    "attention": ("kernels/sarathi_kernels", "sarathi_lab/attention",
-                  "sarathi_lab/measure/profiling", "sarathi_lab/model/shape.py",
-                  "sarathi_lab/model/floors.py"),
-    "hybrid": ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/measure/profiling",
-               "sarathi_lab/model/shape.py", "sarathi_lab/model/floors.py"),
+    "attention": ATTENTION,
+    "hybrid": ATTENTION,
     "tune": ("kernels/sarathi_kernels", "sarathi_lab/measure/profiling"),
     "engine": ENGINE,
     "overhead": (*ENGINE, "sarathi_lab/measure/profiling"),
-    "launch": (*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/analysis/launch_grid.py",
-               "sarathi_lab/measure/gpu/steps/launch_overlap.py"),
+    "launch": (*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/analysis/launch_grid.py"),
     "profile": (*ENGINE, *RUNS),
     "paper": (*ENGINE, *RUNS),
 }
@@ -82,14 +81,18 @@ def commit_hash(paths: tuple[str, ...], commit: str, root: Path = REPO_ROOT) -> 
         return None
     if listed.returncode != 0:
         return None
-    entries = []
-    for line in listed.stdout.splitlines():
-        meta, path = line.split("\t", 1)
-        kind, blob = meta.split()[1:3]
-        if kind == "blob" and _wanted(path):
-            entries.append((path, blob))
-    return _digest(entries)
+    # <mode> <kind> <blob>\t<path>
+    rows = [(meta.split()[1:3], path) for meta, path in
+            (line.split("\t", 1) for line in listed.stdout.splitlines())]
+    return _digest([(path, blob) for (kind, blob), path in rows
+                    if kind == "blob" and _wanted(path)])
 
 
-def step_hash(name: str, root: Path = REPO_ROOT) -> str:
-    return tree_hash(paths_of(name), root)
+def step_hash(name: str) -> str:
+    return tree_hash(paths_of(name))
+
+
+def short_commit() -> str | None:
+    """git's HEAD, else SARATHI_COMMIT / SARATHI_GPU_COMMIT (a copy without .git), 7 digits."""
+    commit = source_commit()[0]
+    return commit[:7] if commit else None

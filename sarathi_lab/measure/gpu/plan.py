@@ -46,8 +46,7 @@ HEAD: tuple[Step, ...] = (
          "nano-batches on two streams (,whole / ,overlap: graphs of the batch; timeline.csv per "
          "stream); per iteration kind at 1024, its kernels under torch.profiler grouped "
          "(kernels.csv, measure/profiling/kernel_breakdown.py) (estimate: 34 batches x 42 forwards "
-         "of <= "
-         "60 ms, two captures and 8 of a batch, 21 profiles)"),
+         "of <= 60 ms, two captures and 8 of a batch, 21 profiles)"),
     Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
          "the engine's paged attention vs SDPA's flash and cuDNN (capability 9.0+) kernels and "
          "compiled FlexAttention on the same q/k/v, interleaved, and vs its floor: LLaMA-13B "
@@ -64,9 +63,8 @@ HEAD: tuple[Step, ...] = (
          "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and "
          "a 2K prefill; decode: b=18 at 1K, b=64 at 4K; 40/40 and 32/8 heads), split counts around "
          "the planner's; LLaMA-13B and Mistral-7B qkv/o_proj/gate_up/down at 128-1024 tokens, "
-         "cuBLAS vs Triton split-K; writes the device's tuned table "
-         "(measure/profiling/attention_sweep.py, "
-         "gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)"),
+         "cuBLAS vs Triton split-K; writes the device's tuned table (measure/profiling/"
+         "attention_sweep.py, gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)"),
     Step("engine", 0.9, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
          "schedulers x attention triton and torch; bf16 first tokens; overlap=nano_batch's tokens "
          "vs none's, its cut batches replayed from the engine's cut graphs"),

@@ -16,7 +16,7 @@ calibration, no profile of the model) is a row saying so, not a stop.
 from __future__ import annotations
 
 import argparse
-import subprocess
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -25,6 +25,7 @@ import pandas as pd
 from sarathi_lab import cli_args
 from sarathi_lab.config import REPO_ROOT, ConfigError
 from sarathi_lab.harness.results import METRICS, read_record
+from sarathi_lab.measure.gpu import engine_code
 from sarathi_lab.measure.gpu.plan import Step, select
 from sarathi_lab.measure.gpu.steps.paper import job_overrides
 
@@ -73,15 +74,13 @@ def predict_job(job: list[str], device: str, cost_model: str, work: Path) -> dic
 
 def predict(steps: list[Step], devices, cost_models, work: Path) -> pd.DataFrame:
     rows = []
-    for device in devices:
-        for cost_model in cost_models:
-            for step in steps:
-                for i, job in enumerate(job_overrides(step)):
-                    row = predict_job(job, device, cost_model,
-                                      work / device / cost_model / step.name / str(i))
-                    rows.append({"step": step.name, "job": i, **row})
-                    print(f"{step.name} {device} {cost_model} {i}: "
-                          f"{row.get('error') or row.get('serving_s')}", flush=True)
+    for device, cost_model, step in itertools.product(devices, cost_models, steps):
+        for i, job in enumerate(job_overrides(step)):
+            folder = work / device / cost_model / step.name / str(i)
+            row = predict_job(job, device, cost_model, folder)
+            rows.append({"step": step.name, "job": i, **row})
+            print(f"{step.name} {device} {cost_model} {i}: "
+                  f"{row.get('error') or row.get('serving_s')}", flush=True)
     return pd.DataFrame(rows)
 
 
@@ -89,12 +88,6 @@ def step_totals(table: pd.DataFrame) -> pd.DataFrame:
     """Jobs and serving seconds summed per step, device and cost model."""
     return (table.groupby(["step", "device", "cost_model"], sort=False)
             .agg(jobs=("job", "size"), serving_s=("serving_s", "sum")).reset_index())
-
-
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -119,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         table = predict(steps, devices, cost_models, args.work or Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)
-    at = commit()
+    at = engine_code.short_commit() or "unknown"
     for device, rows in table.groupby("device", sort=False):
         path = args.out / f"predictions_{device}_{at}.csv"
         rows.to_csv(path, index=False, float_format="%.4g")

@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 
 from sarathi_lab.analysis import gpu_records
-from sarathi_lab.analysis.gpu_records import SUMMARY, StepResult
+from sarathi_lab.analysis.gpu_records import StepResult
 from sarathi_lab.measure.gpu import archive_members, engine_code, state
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, Step
 from sarathi_lab.measure.gpu.steps.paper import job_overrides
@@ -69,16 +69,15 @@ def matches(pattern: str, step: Step) -> bool:
     return step.name == pattern or step.name.startswith((pattern + ".", pattern + "-"))
 
 
-def ordered(steps: tuple[Step, ...] = STEPS,
-            queue: tuple[Call, ...] = QUEUE) -> list[tuple[Call, list[Step]]]:
+def ordered() -> list[tuple[Call, list[Step]]]:
     """Each call with the steps it names (names the suite lacks skipped); then REST with others."""
     placed, calls = set(), []
-    for call in queue:
-        chosen = [s for pattern in call.steps for s in steps if matches(pattern, s)
+    for call in QUEUE:
+        chosen = [s for pattern in call.steps for s in STEPS if matches(pattern, s)
                   and s.name not in placed]
         placed.update(s.name for s in chosen)
         calls.append((call, chosen))
-    return [*calls, (REST, [s for s in steps if s.name not in placed])]
+    return [*calls, (REST, [s for s in STEPS if s.name not in placed])]
 
 
 @dataclass(frozen=True)
@@ -137,15 +136,12 @@ def suite_in_progress(source: Path) -> list[Record]:
     label = f"--restore={source}"
     try:
         with archive_members.open_archive(source, label) as (tar, members):
-            if SUMMARY not in members or members[SUMMARY].isdir():
-                return []
-            data, files = archive_members.read_member(tar, members[SUMMARY], label), list(members)
-        where = f"{label}'s {SUMMARY}"
-        summary = gpu_records.summary(gpu_records.parse_json(data, where), where)
+            summary = archive_members.read_summary(tar, members, label)
     except ValueError as e:  # ArchiveRefused, RecordError
         gpu_records.warn(f"{e}; its steps are taken as not run")
         return []
-    return with_jobs(_records(summary.steps, "this suite", source.name), files)
+    return [] if summary is None else with_jobs(
+        _records(summary.steps, "this suite", source.name), list(members))
 
 
 def stopped_minutes(records: list[Record], at_code: Callable[[Record], str],

@@ -15,6 +15,7 @@ from typing import Any
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import STATUSES, Metric, StepResult  # noqa: F401 (re-export)
 from sarathi_lab.config import check_choice
+from sarathi_lab.harness.results import write_atomically
 from sarathi_lab.measure.gpu import archive_members
 from sarathi_lab.measure.gpu.archive_members import MAX_FILE_BYTES
 
@@ -71,12 +72,8 @@ def write_result(out: Path, result: StepResult) -> None:
     check_choice("status", result.status, STATUSES)
     d = step_dir(out, result.step)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / "result.json.tmp"
-    try:
-        tmp.write_text(json.dumps(asdict(result), indent=1, default=str))
-        os.replace(tmp, d / "result.json")
-    finally:
-        tmp.unlink(missing_ok=True)  # only where writing or renaming failed
+    text = json.dumps(asdict(result), indent=1, default=str)
+    write_atomically(d / "result.json", lambda tmp: tmp.write_text(text))
     (d / "STARTED").unlink(missing_ok=True)
     if result.status == "done":
         (d / "DONE").write_text(f"{time.time()}\n")
@@ -107,15 +104,11 @@ def restore(out: Path, archive: Path) -> int:
             except OSError as e:
                 with suppress(OSError):
                     partial.unlink(missing_ok=True)
-                raise RestoreFailed(f"--out={out} is invalid: {target.relative_to(out.resolve())} "
+                raise ValueError(f"--out={out} is invalid: {target.relative_to(out.resolve())} "
                                     f"cannot be written there ({e.strerror or e}); {restored} "
                                     "files were restored before it") from None
             restored += 1
     return restored
-
-
-class RestoreFailed(ValueError):
-    """The out directory cannot take a file of the archive; one line."""
 
 
 def results(out: Path, names: list[str]) -> list[StepResult]:
@@ -194,12 +187,11 @@ def export(out: Path, dest: Path | None) -> list[str]:
         stale.unlink()
     for path in chosen:
         target = dest / path.name
-        if target.is_symlink() or (target.exists() and not target.is_file()):
-            # Copied onto, a link would be written through: what $OUT gets is the suite's own file.
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            else:
-                target.unlink()
+        # Copied onto, a link would be written through: what $OUT gets is the suite's own file.
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.is_symlink() or (target.exists() and not target.is_file()):
+            target.unlink()
         shutil.copyfile(path, target)
     if len(figures) > room:
         notes.append(f"$OUT holds {room} of {len(figures)} figures; all are in {ARCHIVE}")

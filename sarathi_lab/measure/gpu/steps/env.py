@@ -67,12 +67,9 @@ def measure_ceilings(device: str) -> dict:
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     record = describe(ctx.device) | measure_ceilings(ctx.device)
     write_json(ctx.dir / "env.json", record)
-    rates = ("copy_gbps", "read_gbps", "matmul_tflops")
+    rates = {"copy_gbps": "GB/s", "read_gbps": "GB/s", "matmul_tflops": "TFLOP/s"}
     metrics = [Metric(k, v) for k, v in record.items() if k not in rates]
-    metrics += [Metric("copy_gbps", float(f"{record['copy_gbps']:.4g}"), "GB/s"),
-                Metric("read_gbps", float(f"{record['read_gbps']:.4g}"), "GB/s"),
-                Metric("matmul_tflops", float(f"{record['matmul_tflops']:.4g}"), "TFLOP/s")]
-    return metrics, []
+    return metrics + [Metric(k, float(f"{record[k]:.4g}"), unit) for k, unit in rates.items()], []
 
 
 def ceilings(out) -> dict | None:

@@ -1,6 +1,10 @@
-"""The ``launch`` step: iterations eager and graphed against floors, memory, pod, kernels."""
+"""The ``launch`` step: iterations eager and graphed against floors, memory, pod, kernels; and
+the overlapped twins: each hybrid iteration large enough for nano-batches, whole and as two
+nano-batches on two streams, each from a CUDA graph of that batch, over its physical floor
+(``,overlap`` and ``,whole``), and the kernels per stream (timeline.csv)."""
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -11,10 +15,15 @@ from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, label
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric
 from sarathi_lab.measure.gpu.steps.env import ceilings_or_measured
-from sarathi_lab.measure.gpu.steps.launch_overlap import overlapped
 from sarathi_lab.measure.profiling.kernel_breakdown import breakdown_rows, profile_iteration
 from sarathi_lab.measure.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
 from sarathi_lab.measure.profiling.launch import measure
+from sarathi_lab.measure.profiling.overlap import (
+    OVERLAP,
+    concurrent_ms,
+    measure_overlap,
+    streams_busy_ms,
+)
 from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.model.shape import Shape
 
@@ -35,11 +44,20 @@ def sequential_target(chunk: int, decodes: int) -> float | None:
 
 def _target(limit: float | None) -> str:
     return f"<= {limit}" if limit else ""
-# How far a graph replay (padding, other GEMMs) may stray from eager; stale inputs go far.
+
+
+# How far a graph replay (padding, other GEMMs) or two nano-batches may stray from eager; stale
+# inputs go far.
 REL_DIFF = 0.05
 COUNTED = ((256, 17), (0, 18))
 KERNELS = "kernels.csv"
 BREAKDOWN_REPS = {"cuda": 3, "cpu": 1}
+TIMELINE = "timeline.csv"
+# The tuned table's ``overlap`` entry the twins measured; the tune step installs it.
+ENTRY = "overlap_entry.json"
+COLUMNS = ["iteration", "source", "stream", "name", "start_us", "dur_us"]
+# What two nano-batches must reach over the physical floor (and faster than the whole batch).
+PHYSICAL_TARGET = 1.3
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
@@ -142,9 +160,7 @@ def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict
     row = measure(llm, chunk, decodes, context, reps)
     key = label(chunk, decodes, None if context == base else context)
     key += f",{variant}" if variant else ""
-    queries = [chunk] * (chunk > 0) + [1] * decodes
-    at = (Shape.of(llm.model_config), queries, [context] * len(queries), len(queries),
-          llm.dtype.itemsize, memory_ceiling(env)[0], env["matmul_tflops"] * 1e3)
+    at = _floor_args(llm, chunk, decodes, context, env)
     least, sequential = floor(*at).seconds * 1e3, sequential_floor(*at).seconds * 1e3
     engine_over, over_sequential = row["engine_ms"] / least, row["engine_ms"] / sequential
     target, seq_target = physical_target(chunk, decodes), sequential_target(chunk, decodes)
@@ -192,11 +208,89 @@ def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple
     return metrics, (f"per-kernel breakdown ({KERNELS}): {source} of {reps} executed iteration(s) "
                      f"a kind at context {context} under torch.profiler, grouped by name and place "
                      "in the layer (measure/profiling/kernel_breakdown.py); kernel_sum (less "
-                     "sampling) "
-                     "over the forward's CUDA-event time; iteration_host_ms: the iteration's wall "
-                     f"time less that, medians of {reps} unprofiled"
+                     "sampling) over the forward's CUDA-event time; iteration_host_ms: the "
+                     f"iteration's wall time less that, medians of {reps} unprofiled"
                      + (f"; not profiled: {', '.join(failed)}" if failed else ""))
+
+
+def _floor_args(llm, chunk: int, decodes: int, context: int, env: dict) -> tuple:
+    """model/floors.py's arguments for a chunk (0: none) beside ``decodes`` at ``context``."""
+    queries = [chunk] * (chunk > 0) + [1] * decodes
+    return (Shape.of(llm.model_config), queries, [context] * len(queries), len(queries),
+            llm.dtype.itemsize, memory_ceiling(env)[0], env["matmul_tflops"] * 1e3)
 
 
 def _mib(nbytes: int | None) -> float | None:
     return None if nbytes is None else round(nbytes / 2**20, 1)
+
+
+def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
+               out: Path) -> tuple[list[Metric], str]:
+    """Every case of OVERLAP.min_tokens or more per context, the note; timelines to ``out``."""
+    big = [(c, d) for c, d in cases if c and d and c + d >= OVERLAP.min_tokens]
+    metrics, rows, stopped, gains = [], [], "", []
+    for at in contexts:
+        for chunk, decodes in big:
+            key = label(chunk, decodes, None if at == contexts[0] else at)
+            try:
+                row, timeline = measure_overlap(llm, chunk, decodes, at, reps)
+            except (RuntimeError, ValueError) as e:  # out of KV blocks or memory
+                first = str(e).splitlines()[0][:200] if str(e) else ""
+                stopped = f"; stopped at {key} ({type(e).__name__}: {first})"
+                break
+            metrics += _overlap_metrics(llm, key, chunk, decodes, at, row, env, cuda)
+            metrics += _stream_metrics(key, timeline)
+            gains.append((chunk + decodes, row["overlap_ms"] - row["whole_ms"]))
+            rows += [{"iteration": key, **r} for r in timeline]
+        if stopped:
+            break
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(out / TIMELINE, index=False)
+    if gains:
+        (out / ENTRY).write_text(json.dumps(table_entry(gains)) + "\n")
+    names = ", ".join(label(c, d) for c, d in big)
+    return metrics, (
+        f"overlapped twins (,overlap / ,whole): {names} at contexts "
+        f"{', '.join(map(str, contexts))}, cut at half their {OVERLAP.tile}-row tiles into two "
+        "nano-batches, one's attention on a side stream beside the other's GEMMs; each way a CUDA "
+        f"graph of the batch itself (no bucket padding), median of {reps} interleaved; {TIMELINE}: "
+        "the nano-batched forward's kernels per stream, one replay and one eager forward "
+        f"(measure/profiling/overlap.py){stopped}")
+
+
+def table_entry(gains: list[tuple[int, float]]) -> dict[str, bool | int]:
+    """On from the fewest tokens from which every twin was faster overlapped; else off."""
+    counts = sorted({t for t, _ in gains})
+    won = [t for t in counts if all(g < 0 for u, g in gains if u >= t)]
+    return {"enabled": True, "min_tokens": won[0]} if won else {"enabled": False}
+
+
+def _overlap_metrics(llm, key: str, chunk: int, decodes: int, context: int, row: dict, env: dict,
+             cuda: bool) -> list[Metric]:
+    least_ms = floor(*_floor_args(llm, chunk, decodes, context, env)).seconds * 1e3
+    over, whole = row["overlap_ms"] / least_ms, row["whole_ms"] / least_ms
+    gain, rel = row["overlap_ms"] - row["whole_ms"], row["rel_diff"]
+    return [
+        Metric(f"engine_ms[{key},overlap]", round(row["overlap_ms"], 3), "ms"),
+        Metric(f"engine_ms[{key},whole]", round(row["whole_ms"], 3), "ms"),
+        Metric(f"engine_over_floor[{key},overlap]", round(over, 2), "x", f"<= {PHYSICAL_TARGET}",
+               over <= PHYSICAL_TARGET if cuda else None),
+        Metric(f"engine_over_floor[{key},whole]", round(whole, 2), "x"),
+        Metric(f"overlap_gain_ms[{key}]", round(gain, 3), "ms", "< 0", gain < 0 if cuda else None),
+        Metric(f"overlap_cut_tokens[{key}]", row["cut"], "", "> 0", row["cut"] > 0),
+        Metric(f"overlap_rel_diff[{key}]", float(f"{rel:.3g}"), "", f"< {REL_DIFF}",
+               rel < REL_DIFF),
+        Metric(f"overlap_tokens_equal[{key}]", int(row["tokens_equal"]), "", "1",
+               row["tokens_equal"])]
+
+
+def _stream_metrics(key: str, timeline: list[dict]) -> list[Metric]:
+    """Per source (graph replay, eager): the streams that ran kernels, the time two ran at once."""
+    out = []
+    for source in ("graph", "eager"):
+        rows = [r for r in timeline if r["source"] == source]
+        if rows:
+            both = round(concurrent_ms(rows), 3)
+            out += [Metric(f"overlap_streams[{key},{source}]", len(streams_busy_ms(rows))),
+                    Metric(f"overlap_concurrent_ms[{key},{source}]", both, "ms")]
+    return out

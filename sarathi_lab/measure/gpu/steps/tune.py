@@ -12,7 +12,7 @@ from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness.environment import device_name
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric
-from sarathi_lab.measure.gpu.steps.launch_overlap import ENTRY
+from sarathi_lab.measure.gpu.steps.launch import ENTRY
 from sarathi_lab.measure.profiling.attention_sweep import (
     fit_split_rule,
     rule_label,
@@ -104,6 +104,6 @@ def _co_schedule(ctx: Context) -> list[dict]:
 
 
 def _overlap(ctx: Context) -> dict:
-    """The launch step's overlapped twins' entry, where it ran (launch_overlap.table_entry)."""
+    """The launch step's overlapped twins' entry, where it ran (launch.table_entry)."""
     path = ctx.out / "steps" / "launch" / ENTRY
     return overlap_entry(str(path), json.loads(path.read_text())) if path.is_file() else {}
