@@ -186,7 +186,7 @@ def test_skip_keeps_no_run_of_an_edited_trace_nor_of_another_file_at_the_same_re
 def test_a_relative_hf_checkpoint_is_known_by_its_absolute_folder(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from sarathi_lab.harness.run_inputs import run_inputs
+    from sarathi_lab.harness.runner import run_inputs
 
     monkeypatch.chdir(tmp_path)
     cfg = SimpleNamespace(model=SimpleNamespace(name="hf", path="ckpt"), workload=SimpleNamespace(kind="synthetic"))

@@ -133,7 +133,6 @@ def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals:
         llm.generate(prompts, max_new_tokens=decode_lens, arrival_times=arrivals,
                      sampling=SamplingParams(ignore_eos=True), on_iteration=guard,
                      max_concurrency=max_concurrency)
-
     except SLOViolated as stop:
         return Trial(qps, passed=False, binding=stop.constraint, stopped_early=True,
                      summary=llm.metrics.summary(slo) | {"stopped_early_because": str(stop)})

@@ -66,7 +66,6 @@ def raise_if_interrupted() -> None:
 @contextmanager
 def deferred_signals(*signums: int, raise_at_end: bool = True) -> Iterator[list[int]]:
     """Signals held until the block ends; ``raise_at_end``: then the first as Interrupted."""
-
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}
     try:

@@ -32,7 +32,6 @@ class Progress:
         self._tokens += record.num_tokens
         if self._bar is not None:
             # Preempted requests recompute past the total (tqdm warns): the bar grows to the work.
-
             self._bar.total = max(self._bar.total, self._bar.n + record.num_tokens)
             self._bar.update(record.num_tokens)
         now = time.monotonic()

@@ -1,6 +1,7 @@
 """One experiment run; a rerun works in `.<dir>.next/`, swapped in once finished, else discarded."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -27,12 +28,11 @@ from sarathi_lab.harness.results import (
     override_key,
     write_status,
 )
-from sarathi_lab.harness.run_inputs import run_inputs
 from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables
-from sarathi_lab.harness.schema import RunConfig, engine_keys
+from sarathi_lab.harness.schema import RunConfig, WorkloadCfg, engine_keys
 from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
-from sarathi_lab.harness.workloads import Workload
+from sarathi_lab.harness.workloads import Workload, resolve_trace_path
 from sarathi_lab.model import ModelLoadError
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from sarathi_lab.plan import EnginePlan
 
 log = logging.getLogger(__name__)
+TRACE_KINDS = ("trace", "trace_lengths")
 
 
 @dataclass
@@ -222,7 +223,6 @@ def _lock(out: Path) -> int | None:
 
 def _move_log_file(src: Path, dst: Path) -> None:
     """Hydra's log file was opened on the job's first line."""
-
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) \
                 and Path(handler.baseFilename).parent.resolve() == src.resolve():
@@ -284,9 +284,27 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
                         "the KV cache (%d tokens) holds %d at once, fewer than the %d the run "
                         "could batch",
                         cfg.scheduler.name, llm.max_model_len, capacity, fits, at_once)
-
     elif at_once * workload.max_request_len > capacity:
         log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: "
                     "expect preemptions", capacity, at_once, workload.max_request_len)
 
 
+def run_inputs(cfg: RunConfig) -> dict[str, Any]:
+    """A relative model.path names another checkpoint from another directory: resolved."""
+    found = trace_inputs(cfg.workload)
+    if cfg.model.name == "hf" and cfg.model.path:
+        found["model.path_resolved"] = str(Path(cfg.model.path).expanduser().resolve())
+    return found
+
+
+def trace_inputs(workload: WorkloadCfg) -> dict[str, Any]:
+    """{} for an unreadable trace too: the run's own checks refuse it, naming why."""
+    if workload.kind not in TRACE_KINDS or not workload.path:
+        return {}
+    try:
+        path = resolve_trace_path(workload.path).resolve()
+        with path.open("rb") as f:
+            digest = hashlib.file_digest(f, "sha256")
+    except (ConfigError, OSError):
+        return {}
+    return {"workload.path_resolved": str(path), "workload.sha256": digest.hexdigest()}

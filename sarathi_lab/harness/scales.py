@@ -60,7 +60,6 @@ def _overrides_of(path: Path) -> list[str]:
             found.append(f"{key.removeprefix('override').strip().lstrip('/')}={choice}")
         elif entry.startswith("/scale/") or entry.count("/") > 2:
             # another overlay or a scale: theirs first (/experiment/<name> is experiment=<name>)
-
             found += _overrides_of(CONF_DIR / f"{entry.lstrip('/')}.yaml")
     own = {k: v for k, v in raw.items() if k not in ("defaults", "hydra")}
     found += [f"{key}={_text(value)}" for key, value in _flat(own)]

@@ -55,5 +55,4 @@ def move_stale(sweep_dir: Path, current: set[str]) -> list[str]:
                 "(its swept values changed): moved aside into %s, where no reader reads them: %s",
                 len(stale), "s" * (len(stale) != 1), sweep_dir,
                 "is" if len(stale) == 1 else "are", aside, shown)
-
     return stale

@@ -162,7 +162,6 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
 
 def _trust(record: dict[str, Any] | None) -> dict[str, Any]:
     """A simulated run's times come from a virtual clock: the host's waits say nothing of them."""
-
     if not isinstance(record, dict) or not isinstance(record.get("environment"), dict):
         return {}
     env, summary = record["environment"], record.get("summary") or {}
@@ -223,13 +222,11 @@ def mixed_commits(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> str | Non
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:
     """Saved once its checks passed, else those its folder's name spells."""
-
     named = job.split("_", 1)[1].split(",") if "_" in job else []
     for where in (sweep_dir / job, next_dir(sweep_dir / job)):
         try:
             saved = yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text())
             return list(saved or []) or named
-
         except (OSError, yaml.YAMLError):
             continue
     return named

@@ -49,7 +49,6 @@ class SweepPreflight(Callback):
             from sarathi_lab import cli_args
 
             # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
-
             cli_args.refuse(error)
 
 
@@ -64,7 +63,6 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
 
 def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
     """The jobs launched (collapsed under our sweeper unless repeat_ignored), and notes."""
-
     jobs = job_overrides(config)
     if not _is(config.hydra.sweeper, SWEEPER) or config.hydra.sweeper.get("repeat_ignored"):
         return jobs, []

@@ -54,7 +54,6 @@ def _environment(threads: int | None, kv_bytes: int) -> None:
                        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
                        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
                        # GiB, whole; num_gpu_blocks_override holds the cache to the plan's.
-
                        "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_bytes / 2**30)))})
 
 
@@ -197,7 +196,6 @@ class VllmLLM:
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
         """One engine step, its iterations handed out one a move; tokens timed when it returns."""
-
         call = self._call
         if call.ready:
             return True, call.ready.popleft()
@@ -261,7 +259,6 @@ def _iteration(index: int, start: float, duration: float, scheduled, prompt_len:
     return IterationRecord(iteration=index, start=start, duration=duration,
                            num_prefill_tokens=prefill_tokens,
                            num_decode_tokens=decode_tokens, num_prefill_requests=len(prefills),
-
                            num_decode_requests=len(decodes), kv_tokens_read=kv_read,
                            num_preempted=len(getattr(scheduled, "preempted_req_ids", None) or ()),
                            **dict.fromkeys(NOT_TIMED, nan), prefill_request_ids=tuple(prefills),
