@@ -159,25 +159,21 @@ def composed(loader, overrides: list[str]) -> bool:
 
 
 def _job_config(loader, config: DictConfig, overrides: list[str]):
-    if _PARSED["loader"] is not loader:
-        _PARSED.update(loader=loader, jobs={})
-    jobs = _PARSED["jobs"]
-    if (key := tuple(overrides)) not in jobs:
-        jobs[key] = _parse_job(loader, config, overrides)
-    if isinstance(jobs[key], Exception):
-        raise jobs[key]
-    return jobs[key]
-
-
-def _parse_job(loader, config: DictConfig, overrides: list[str]):
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import ModelLoadError
 
-    job = loader.load_sweep_config(config, list(overrides))
-    with read_write(job), open_dict(job):
-        del job["hydra"]
-    try:
-        return parse_config(job)
-    except (ConfigError, ModelLoadError) as e:
-        return e
+    if _PARSED["loader"] is not loader:
+        _PARSED.update(loader=loader, jobs={})
+    jobs, key = _PARSED["jobs"], tuple(overrides)
+    if key not in jobs:
+        job = loader.load_sweep_config(config, list(overrides))
+        with read_write(job), open_dict(job):
+            del job["hydra"]
+        try:
+            jobs[key] = parse_config(job)
+        except (ConfigError, ModelLoadError) as e:
+            jobs[key] = e
+    if isinstance(jobs[key], Exception):
+        raise jobs[key]
+    return jobs[key]
