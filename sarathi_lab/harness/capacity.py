@@ -1,6 +1,5 @@
-"""Capacity under latency SLOs (Sarathi-Serve) by a bracketing search, assuming as the papers do
-that passing is monotone in the rate; a trial stops once its verdict is certain, so overload is
-cheap."""
+"""Capacity under latency SLOs (Sarathi-Serve) by a bracketing search, passing assumed monotone in
+the rate as the papers do; a trial stops once its verdict is certain, so overload is cheap."""
 from __future__ import annotations
 
 import math

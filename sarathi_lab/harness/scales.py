@@ -1,6 +1,5 @@
-"""An experiment at a scale, read from its Hydra overlay ``conf/experiment/<scale>/<name>.yaml``, so
-the overlay is the one place its keys are written: the GPU suite and the benches pass them on the
-command line (``overrides``)."""
+"""An experiment at a scale, from its overlay ``conf/experiment/<scale>/<name>.yaml`` (the one place
+its keys are written), which the GPU suite and the benches pass on the command line."""
 from __future__ import annotations
 
 from pathlib import Path

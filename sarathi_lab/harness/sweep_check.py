@@ -1,6 +1,5 @@
-"""Every job of a sweep checked before the first runs (under the basic launcher, preflighted as
-the job will be): the first refusal stops the sweep with one line and exit 2, before any sweep
-directory exists."""
+"""Every job of a sweep checked (preflighted, under the basic launcher) before the first runs: the
+first refusal stops the sweep in one line, exit 2, before any sweep directory exists."""
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,5 @@
-"""The measurements besides serving that a run can be (``task=NAME``): the measurement wing
-registers each; the harness finds them here and imports nothing of the wing. A task's module holds
-``run(cfg, llm)`` -> ``(summary, tables)``; optionally ``TAKES_CONTEXT``, ``kv_requests(cfg, plan)``
-and ``check(cfg, context)``."""
+"""The measurements a run can be besides serving (``task=NAME``), registered by the wing: a module
+with ``run(cfg, llm)`` -> (summary, tables), optionally TAKES_CONTEXT, kv_requests, check."""
 from __future__ import annotations
 
 from collections.abc import Callable

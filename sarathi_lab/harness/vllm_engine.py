@@ -1,6 +1,5 @@
-"""executor=vllm: vLLM's engine on the run's weights, driven by our client and recorded in our
-engine's terms (Metrics), so every table and figure reads it like any other run. vLLM does not time
-schedule, preparation, forward and sampling apart: those columns are NaN."""
+"""executor=vllm: vLLM's engine on the run's weights, driven by our client and recorded as Metrics,
+so tables and figures read it like any run; the times vLLM does not split are NaN."""
 from __future__ import annotations
 
 import dataclasses
