@@ -24,8 +24,7 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.env_flags import FALSE, TRUE, EnvFlagError, env_flag, parse_flag
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import load_runs
-from sarathi_lab.harness.stale_jobs import STALE, move_stale
-from sarathi_lab.harness.sweep import SweepSummary
+from sarathi_lab.harness.sweep import STALE, SweepSummary, move_stale
 from sarathi_lab.harness.sweep_state import SWEEP_LOCK, LockRefused, hold, sweep_state
 
 ROOT = Path(__file__).resolve().parents[1]
