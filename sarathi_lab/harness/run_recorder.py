@@ -48,16 +48,14 @@ class RunRecorder:
         device = "cpu" if llm.config.kind.simulated else llm.device
         environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm,
                                           self._machine(), llm.cuda_graphs)
+        # The chunk alignment that ran (auto settled), which results tables are indexed by.
+        settled = {"chunk_align": llm.plan.scheduler_config.chunk_alignment}
         write_results(directory, tables, RunResult(
             summary=summary | self.plan_record,
-            config=self.cfg.key_values() | self._settled() | (config or {}),
+            config=self.cfg.key_values() | settled | (config or {}),
             overrides=self.overrides, resolved_config=self.resolved_config, environment=environment,
             partial=partial, wall_time_s=time.perf_counter() - self.start, inputs=self.inputs))
         return environment
-
-    def _settled(self) -> dict[str, Any]:
-        """The chunk alignment that ran (auto settled), which results tables are indexed by."""
-        return {"chunk_align": self.llm.plan.scheduler_config.chunk_alignment}
 
     def log(self, directory: Path, name: str, summary: dict[str, float], tables: Tables,
             environment: dict[str, Any]) -> None:

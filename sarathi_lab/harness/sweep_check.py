@@ -68,10 +68,6 @@ def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
     return collapse_ignored(config, jobs)
 
 
-def _may_be_ignored(key: str) -> bool:
-    return key in ("chunk", "token_budget") or key.startswith("scheduler.")
-
-
 def collapse_ignored(config: DictConfig,
                      jobs: list[list[str]]) -> tuple[list[list[str]], list[str]]:
     """Jobs differing from an earlier one only in keys they ignore left out (``chunk=256,512
@@ -84,7 +80,9 @@ def collapse_ignored(config: DictConfig,
     for overrides in jobs:
         for override in overrides:
             values.setdefault(override_key(override), set()).add(override)
-    swept = [key for key, seen in values.items() if len(seen) > 1 and _may_be_ignored(key)]
+    # The keys a job may ignore: a scheduler's knobs, and the budget some schedulers do not read.
+    swept = [key for key, seen in values.items() if len(seen) > 1
+             and (key in ("chunk", "token_budget") or key.startswith("scheduler."))]
     if not swept:
         return jobs, []
     loader = GlobalHydra.instance().config_loader()

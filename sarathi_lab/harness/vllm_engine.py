@@ -83,9 +83,6 @@ class _Call:
     # The last step's iteration records not yet handed out (a step may schedule twice).
     ready: deque = field(default_factory=deque)
 
-    def unfinished(self) -> list[str]:
-        return [rid for rid, r in self.records.items() if r.finish is None]
-
 
 def _vllm_sampling(sampling: SamplingParams, new_tokens: list[int]) -> list:
     """Token ids only, each sampled request seeded apart."""
@@ -191,7 +188,7 @@ class VllmLLM:
         time.sleep(max(0.0, elapsed_s - self.engine.elapsed()))
 
     def abandon(self) -> None:
-        self.core.abort_request(self._call.unfinished())
+        self.core.abort_request([rid for rid, r in self._call.records.items() if r.finish is None])
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
         """One engine step, its iterations handed out one a move; tokens timed when it returns."""
