@@ -1,4 +1,4 @@
-"""The engine's tables, built as arrow tables without pandas (harness/engine_tables.py), are the files a
+"""The engine's tables, built as arrow tables without pandas (harness/run_recorder.py), are the files a
 DataFrame of the same records was written as: the same schema and, read back, the same frames, for a
 finished run with preemptions, a run stopped halfway (times still None, unfinished requests) and none."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sarathi_lab import LLM, Metrics
-from sarathi_lab.harness.engine_tables import engine_tables
+from sarathi_lab.harness.run_recorder import engine_tables
 from sarathi_lab.measure.sim_check.sim_speed import workload
 
 

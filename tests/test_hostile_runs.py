@@ -24,8 +24,7 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.env_flags import FALSE, TRUE, EnvFlagError, env_flag, parse_flag
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import load_runs
-from sarathi_lab.harness.stale_jobs import STALE, move_stale
-from sarathi_lab.harness.sweep import SweepSummary
+from sarathi_lab.harness.sweep import STALE, SweepSummary, move_stale
 from sarathi_lab.harness.sweep_state import SWEEP_LOCK, LockRefused, hold, sweep_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +185,7 @@ def test_skip_keeps_no_run_of_an_edited_trace_nor_of_another_file_at_the_same_re
 def test_a_relative_hf_checkpoint_is_known_by_its_absolute_folder(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from sarathi_lab.harness.run_inputs import run_inputs
+    from sarathi_lab.harness.runner import run_inputs
 
     monkeypatch.chdir(tmp_path)
     cfg = SimpleNamespace(model=SimpleNamespace(name="hf", path="ckpt"), workload=SimpleNamespace(kind="synthetic"))

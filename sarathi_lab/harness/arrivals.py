@@ -1,6 +1,5 @@
-"""Arrival times of a serving run: Poisson, or gamma-distributed gaps of shape 1 / cv^2 and mean
-1 / qps, whose coefficient of variation is cv (1: Poisson, > 1: burstier, < 1: more regular).
-"""
+"""Arrival times of a serving run: Poisson, or gamma gaps of mean 1 / qps whose coefficient of
+variation is cv (shape 1 / cv^2; 1: Poisson, > 1: burstier, < 1: more regular)."""
 from __future__ import annotations
 
 import math

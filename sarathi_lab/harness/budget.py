@@ -59,7 +59,6 @@ def budget_cost_model(engine: EngineConfig):
         return model, described
 
 
-
 def auto_budget(engine: EngineConfig, tbt_p99_s: float,
                 context: int) -> tuple[EngineConfig, Budget]:
     cost_model, described = budget_cost_model(engine)

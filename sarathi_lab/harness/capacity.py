@@ -1,6 +1,5 @@
-"""Capacity under latency SLOs (Sarathi-Serve) by a bracketing search, assuming as the papers do
-that passing is monotone in the rate; a trial stops once its verdict is certain, so overload is
-cheap."""
+"""Capacity under latency SLOs (Sarathi-Serve) by a bracketing search, passing assumed monotone in
+the rate as the papers do; a trial stops once its verdict is certain, so overload is cheap."""
 from __future__ import annotations
 
 import math
@@ -133,7 +132,6 @@ def serve_trial(llm, prompts: list[list[int]], decode_lens: list[int], arrivals:
         llm.generate(prompts, max_new_tokens=decode_lens, arrival_times=arrivals,
                      sampling=SamplingParams(ignore_eos=True), on_iteration=guard,
                      max_concurrency=max_concurrency)
-
     except SLOViolated as stop:
         return Trial(qps, passed=False, binding=stop.constraint, stopped_early=True,
                      summary=llm.metrics.summary(slo) | {"stopped_early_because": str(stop)})

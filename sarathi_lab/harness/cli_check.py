@@ -123,7 +123,6 @@ def output_dir_problem(args: list[str]) -> tuple[str, int] | None:
 
 def _group_values(override: Override) -> list[str] | None:
     """None for a glob or range, Hydra's to expand and check."""
-
     value = override.value()
     if override.is_sweep_override():
         return list(override.sweep_string_iterator()) if isinstance(value, ChoiceSweep) else None
@@ -197,7 +196,6 @@ def _foreign_knob(arg: str, overrides: list[tuple[str, Override]],
 
 def sweep_note(args: list[str]) -> str | None:
     """With --cfg, what the experiment's sweep sets per job: one composed config cannot show it."""
-
     flags, _, overrides = _parse(tuple(args))
     choices = [arg for arg, o in overrides
                if o.key_or_group == "experiment" and not o.is_sweep_override()]
@@ -222,7 +220,6 @@ def _composed(overrides: list[tuple[str, Override]]) -> DictConfig:
     run_dir = [arg for arg, o in overrides if not o.is_sweep_override() and not o.is_delete()
                and (o.key_or_group == "name"
                     or o.key_or_group.startswith(("hydra.run.", "hydra.sweep.")))]
-
     return _compose_once((*_group_choices(overrides), *run_dir))
 
 

@@ -1,8 +1,5 @@
 """The CLI's config composition and run, callable in-process (notebooks, tests):
-
-    cfg = compose_config(["experiment=smoke", "chunk=128"])
-    run_in_process(["experiment=smoke"], Path("outputs/nb/0"))
-"""
+``run_in_process(["experiment=smoke"], Path("outputs/nb/0"))``."""
 from __future__ import annotations
 
 from pathlib import Path

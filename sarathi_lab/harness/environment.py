@@ -67,7 +67,6 @@ def graphs_kind(cuda_graphs: Any) -> str:
     return MIXED_GRAPHS if mixed else GRAPHS
 
 
-
 def engine_kind(environments: list[dict]) -> str | None:
     kinds = {graphs_kind(env.get("cuda_graphs")) for env in environments}
     if not kinds:

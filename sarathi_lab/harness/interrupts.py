@@ -1,6 +1,5 @@
-"""SIGINT and SIGTERM as one exception, so a run saves its partial records the same way. A finalizer
-can swallow it, so the signal is noted and raised again per iteration: a swallowed signal costs an
-iteration, not the run."""
+"""SIGINT and SIGTERM as one exception, so a run saves its partial records the same way; noted and
+raised again each iteration, as a finalizer can swallow it (costing an iteration, not the run)."""
 from __future__ import annotations
 
 import signal
@@ -66,7 +65,6 @@ def raise_if_interrupted() -> None:
 @contextmanager
 def deferred_signals(*signums: int, raise_at_end: bool = True) -> Iterator[list[int]]:
     """Signals held until the block ends; ``raise_at_end``: then the first as Interrupted."""
-
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signums}
     try:

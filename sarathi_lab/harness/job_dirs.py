@@ -1,7 +1,5 @@
-"""The name of a sweep job's directory (conf/config.yaml's hydra.sweep.subdir): its number, then its
-overrides, `0_chunk=256,scheduler=vllm`. Characters outside a portable set become `_`, and a name
-longer than MAX_NAME_CHARS is cut and given a hash of the whole, so that long names stay apart.
-"""
+"""A sweep job's folder name (hydra.sweep.subdir), `0_chunk=256,scheduler=vllm`: unsafe characters
+become `_`; past MAX_NAME_CHARS it is cut and given a hash of the whole: long names stay apart."""
 from __future__ import annotations
 
 import hashlib

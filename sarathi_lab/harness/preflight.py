@@ -57,7 +57,6 @@ def _fitted(cfg: RunConfig, workload: Workload, limits: ModelLimits, engine: Eng
         if not budget or e.setting != "chunk_size":
             raise
         # The SLO set the budget that does not fit.
-
         raise ConfigError(f"{e.template}; a lower slo.tbt_p99_s, or token_budget=null and a chunk "
                           "that fits, leaves room", e.setting) from None
     if not engine.kind.our_engine:

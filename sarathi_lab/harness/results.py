@@ -73,7 +73,6 @@ def config_change(run_dir: Path, resolved_config: dict[str, Any],
         # What a run does with its directory, or writes beside its results, changes no measure.
         ignored = key == "on_existing" or key.startswith(f"{EXPORT}.")
         if not ignored and old.get(key) != new.get(key):
-
             return f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
     recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
     for key in sorted(inputs.keys() | recorded.keys()):
@@ -257,7 +256,6 @@ def current_names(names: Any) -> Any:
 # The one way every table and figure names where a run's numbers come from.
 def simulated_source(device: str, cost_model: str, tp: int = 1, pp: int = 1) -> str:
     """'simulated 2 x A100 (roofline, tensor parallel)'."""
-
     tp, pp = int(tp), int(pp)
     if pp > 1:
         return f"simulated {tp * pp} x {device.upper()} ({cost_model}, TP{tp} x PP{pp})"
@@ -307,5 +305,4 @@ def _flatten(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, dict):
         return {k: v for sub, val in value.items()
                 for k, v in _flatten(f"{key}.{sub}" if key else sub, val).items()}
-
     return {key: value}

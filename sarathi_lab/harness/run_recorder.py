@@ -4,12 +4,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
+
 from sarathi_lab import Metrics
 from sarathi_lab import host_load as load
-from sarathi_lab.harness.engine_tables import engine_tables
 from sarathi_lab.harness.environment import collect_environment
 from sarathi_lab.harness.results import RunResult, write_results
 from sarathi_lab.harness.schema import RunConfig
@@ -17,7 +20,6 @@ from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
 
 if TYPE_CHECKING:
     import pandas as pd
-    import pyarrow as pa
 
     Tables = dict[str, pd.DataFrame | pa.Table]  # a measurement's DataFrames, or the engine's
 
@@ -46,16 +48,14 @@ class RunRecorder:
         device = "cpu" if llm.config.kind.simulated else llm.device
         environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm,
                                           self._machine(), llm.cuda_graphs)
+        # The chunk alignment that ran (auto settled), which results tables are indexed by.
+        settled = {"chunk_align": llm.plan.scheduler_config.chunk_alignment}
         write_results(directory, tables, RunResult(
             summary=summary | self.plan_record,
-            config=self.cfg.key_values() | self._settled() | (config or {}),
+            config=self.cfg.key_values() | settled | (config or {}),
             overrides=self.overrides, resolved_config=self.resolved_config, environment=environment,
             partial=partial, wall_time_s=time.perf_counter() - self.start, inputs=self.inputs))
         return environment
-
-    def _settled(self) -> dict[str, Any]:
-        """The chunk alignment that ran (auto settled), which results tables are indexed by."""
-        return {"chunk_align": self.llm.plan.scheduler_config.chunk_alignment}
 
     def log(self, directory: Path, name: str, summary: dict[str, float], tables: Tables,
             environment: dict[str, Any]) -> None:
@@ -93,7 +93,46 @@ class RunRecorder:
 
             if why := interpreted(self.llm.config.attention, self.llm.device):
                 # Whatever the load: the times are the interpreter's, not the engine's.
-
                 machine |= {"timing_unreliable": True, "timing_note": why}
         return machine
 
+
+def engine_tables(metrics: Metrics) -> dict[str, pa.Table]:
+    """The engine's records as arrow tables typed as pandas would write them, without pandas."""
+    rows = metrics.request_rows()
+    requests = {name: [row[name] for row in rows] for name in (rows[0] if rows else ())}
+    tables = (("iterations", metrics.iteration_columns()), ("requests", requests))
+    return {name: pa.table({k: _column(v) for k, v in columns.items()})
+            for name, columns in tables}
+
+
+def _column(values) -> pa.Array:
+    """As pandas writes a column: NaN and None as nulls, ints beside None as floats, lists."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return _numbers(values)
+    values = list(values)
+    if values and isinstance(values[0], (tuple, list)):
+        offsets = np.zeros(len(values) + 1, np.int32)
+        np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
+        items = list(chain.from_iterable(values))
+        child = _column(items) if items else pa.nulls(0)
+        return pa.ListArray.from_buffers(pa.list_(child.type), len(values),
+                                         [None, pa.py_buffer(offsets)], children=[child])
+    numbers = np.array(values)  # in C: int64 or float64 where every value is a number, else objects
+    if numbers.dtype.kind in "if":
+        return _numbers(numbers)
+    present = [v for v in values if v is not None]
+    if not present:
+        return pa.nulls(len(values))
+    if set(map(type, present)) <= {int, float}:
+        return _numbers(np.array([np.nan if v is None else v for v in values], dtype=np.float64))
+    return pa.array(values, from_pandas=True)  # no record's column: pyarrow's own conversion
+
+
+def _numbers(array: np.ndarray) -> pa.Array:
+    dtype, kind = {"i": (np.int64, pa.int64()), "f": (np.float64, pa.float64())}[array.dtype.kind]
+    array = np.ascontiguousarray(array, dtype=dtype)
+    nan = np.isnan(array) if dtype is np.float64 else None
+    valid = (pa.py_buffer(np.packbits(~nan, bitorder="little"))
+             if nan is not None and nan.any() else None)
+    return pa.Array.from_buffers(kind, len(array), [valid, pa.py_buffer(array)])

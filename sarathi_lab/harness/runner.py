@@ -1,21 +1,27 @@
 """One experiment run; a rerun works in `.<dir>.next/`, swapped in once finished, else discarded."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
+import sys
+import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
+from tqdm import tqdm
 
 from sarathi_lab import LLM, ConfigError, SamplingParams
 from sarathi_lab.config import named_as
+from sarathi_lab.engine.metrics import IterationRecord, Metrics
+from sarathi_lab.harness.interrupts import raise_if_interrupted
 from sarathi_lab.harness.preflight import Checked, preflight
-from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
     Status,
     UnreadableRun,
@@ -27,12 +33,11 @@ from sarathi_lab.harness.results import (
     override_key,
     write_status,
 )
-from sarathi_lab.harness.run_inputs import run_inputs
 from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables
-from sarathi_lab.harness.schema import RunConfig, engine_keys
+from sarathi_lab.harness.schema import RunConfig, WorkloadCfg, engine_keys
 from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
-from sarathi_lab.harness.workloads import Workload
+from sarathi_lab.harness.workloads import Workload, resolve_trace_path
 from sarathi_lab.model import ModelLoadError
 
 if TYPE_CHECKING:
@@ -42,6 +47,7 @@ if TYPE_CHECKING:
     from sarathi_lab.plan import EnginePlan
 
 log = logging.getLogger(__name__)
+TRACE_KINDS = ("trace", "trace_lengths")
 
 
 @dataclass
@@ -222,7 +228,6 @@ def _lock(out: Path) -> int | None:
 
 def _move_log_file(src: Path, dst: Path) -> None:
     """Hydra's log file was opened on the job's first line."""
-
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) \
                 and Path(handler.baseFilename).parent.resolve() == src.resolve():
@@ -284,9 +289,65 @@ def _warn_on_kv_limits(llm: LLM, workload: Workload, cfg: RunConfig) -> None:
                         "the KV cache (%d tokens) holds %d at once, fewer than the %d the run "
                         "could batch",
                         cfg.scheduler.name, llm.max_model_len, capacity, fits, at_once)
-
     elif at_once * workload.max_request_len > capacity:
         log.warning("the KV cache (%d tokens) cannot hold %d requests of %d tokens: "
                     "expect preemptions", capacity, at_once, workload.max_request_len)
 
 
+def run_inputs(cfg: RunConfig) -> dict[str, Any]:
+    """A relative model.path names another checkpoint from another directory: resolved."""
+    found = trace_inputs(cfg.workload)
+    if cfg.model.name == "hf" and cfg.model.path:
+        found["model.path_resolved"] = str(Path(cfg.model.path).expanduser().resolve())
+    return found
+
+
+def trace_inputs(workload: WorkloadCfg) -> dict[str, Any]:
+    """{} for an unreadable trace too: the run's own checks refuse it, naming why."""
+    if workload.kind not in TRACE_KINDS or not workload.path:
+        return {}
+    try:
+        path = resolve_trace_path(workload.path).resolve()
+        with path.open("rb") as f:
+            digest = hashlib.file_digest(f, "sha256")
+    except (ConfigError, OSError):
+        return {}
+    return {"workload.path_resolved": str(path), "workload.sha256": digest.hexdigest()}
+
+
+class Progress:
+    """A run's progress: a tqdm bar on a terminal, a periodic log line otherwise."""
+
+    def __init__(self, total_tokens: int, num_requests: int, live_metrics: Callable[[], Metrics],
+                 interactive: bool | None = None):
+        self._num_requests = num_requests
+        self._live_metrics = live_metrics
+        interactive = sys.stderr.isatty() if interactive is None else interactive
+        self._bar = (tqdm(total=total_tokens, unit="tok", desc="generate", leave=False)
+                     if interactive else None)
+        self._interval_s = 0.5 if interactive else 10.0
+        self._start = self._last = time.monotonic()
+        self._iterations = self._tokens = 0
+
+    def __call__(self, record: IterationRecord) -> None:
+        raise_if_interrupted()  # a signal whose exception something swallowed
+        self._iterations += 1
+        self._tokens += record.num_tokens
+        if self._bar is not None:
+            # Preempted requests recompute past the total (tqdm warns): the bar grows to the work.
+            self._bar.total = max(self._bar.total, self._bar.n + record.num_tokens)
+            self._bar.update(record.num_tokens)
+        now = time.monotonic()
+        if now - self._last < self._interval_s:
+            return
+        self._last = now
+        done = sum(r.finish is not None for r in self._live_metrics().requests)
+        text = f"iter {self._iterations} | {done}/{self._num_requests} requests done"
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)  # the bar shows tokens/s itself
+        else:
+            log.info("%s | %.0f tok/s", text, self._tokens / (now - self._start))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -1,6 +1,5 @@
-"""An experiment at a scale, read from its Hydra overlay ``conf/experiment/<scale>/<name>.yaml``, so
-the overlay is the one place its keys are written: the GPU suite and the benches pass them on the
-command line (``overrides``)."""
+"""An experiment at a scale, from its overlay ``conf/experiment/<scale>/<name>.yaml`` (the one place
+its keys are written), which the GPU suite and the benches pass on the command line."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -60,7 +59,6 @@ def _overrides_of(path: Path) -> list[str]:
             found.append(f"{key.removeprefix('override').strip().lstrip('/')}={choice}")
         elif entry.startswith("/scale/") or entry.count("/") > 2:
             # another overlay or a scale: theirs first (/experiment/<name> is experiment=<name>)
-
             found += _overrides_of(CONF_DIR / f"{entry.lstrip('/')}.yaml")
     own = {k: v for k, v in raw.items() if k not in ("defaults", "hydra")}
     found += [f"{key}={_text(value)}" for key, value in _flat(own)]

@@ -255,7 +255,6 @@ class RunConfig:
 
     def ignores(self, key: str) -> str | None:
         """Why this run reads nothing of ``key``."""
-
         if self.task not in ("serve", "capacity"):
             return None
         name, scheduler = self.scheduler.name, scheduler_class(self.scheduler.name)
@@ -319,7 +318,6 @@ def engine_keys(model: ModelCfg) -> Keys:
     return replace(RUN_KEYS, names={**KNOB_KEYS, "model": "model.path"})
 
 
-
 def parse_config(cfg: DictConfig) -> RunConfig:
     try:
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -375,7 +373,6 @@ def unknown_key(key: str, shown: str, known: Collection[str] = ()) -> ConfigErro
 
 def _set_by(section: str, name: str) -> str | None:
     """engine.chunk_size: chunk."""
-
     engine = section == "engine" and (name in KNOB_KEYS or name in knob_names())
     return RUN_KEYS(name) if engine or section == "scheduler" and name in ENGINE_FIELDS else None
 

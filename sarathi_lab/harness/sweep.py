@@ -1,4 +1,5 @@
-"""End-of-sweep report, a Hydra callback run by the launching process; a failed job: exit 1."""
+"""End-of-sweep report, a Hydra callback run by the launching process (a failed job: exit 1), and
+an earlier launch's job folders set aside."""
 from __future__ import annotations
 
 import logging
@@ -10,16 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab import provenance
 from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness import sweep_state
+from sarathi_lab.harness.job_dirs import RESOLVER, job_dir_name
 from sarathi_lab.harness.results import (
     METRICS,
     STATUS,
     SWEEP_SUMMARY,
     SWEEP_TABLE,
+    WANDB_DIR,
     natural_order,
     next_dir,
     override_key,
@@ -28,7 +31,6 @@ from sarathi_lab.harness.results import (
     run_source,
     write_json,
 )
-from sarathi_lab.harness.stale_jobs import STALE, expected_job_dirs, move_stale
 from sarathi_lab.harness.sweep_check import _basic, swept_jobs
 from sarathi_lab.host_load import UNRELIABLE_WAIT_SHARE
 
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 log = logging.getLogger(__name__)
+# A rerun sweep's stale job folders go aside into STALE/<when>/, never read as its own.
+STALE = ".stale"
 _SUCCESS = ("ok", "skipped")
 # How far to trust each row: its numbers' source, timings stretched by other work, its KV cache.
 TRUST = ("source", "timing_unreliable", "runqueue_wait_share", "kv_capacity_tokens")
@@ -162,7 +166,6 @@ def sweep_table(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> pd.DataFram
 
 def _trust(record: dict[str, Any] | None) -> dict[str, Any]:
     """A simulated run's times come from a virtual clock: the host's waits say nothing of them."""
-
     if not isinstance(record, dict) or not isinstance(record.get("environment"), dict):
         return {}
     env, summary = record["environment"], record.get("summary") or {}
@@ -223,13 +226,55 @@ def mixed_commits(sweep_dir: Path, jobs: dict[str, dict[str, Any]]) -> str | Non
 
 def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:
     """Saved once its checks passed, else those its folder's name spells."""
-
     named = job.split("_", 1)[1].split(",") if "_" in job else []
     for where in (sweep_dir / job, next_dir(sweep_dir / job)):
         try:
             saved = yaml.safe_load((where / ".hydra" / "overrides.yaml").read_text())
             return list(saved or []) or named
-
         except (OSError, yaml.YAMLError):
             continue
     return named
+
+
+def expected_job_dirs(config: DictConfig, jobs: list[list[str]]) -> set[str] | None:
+    """The folders ``jobs`` get, or None where hydra.sweep.subdir is not our NUM_overrides."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
+    if RESOLVER not in str(subdir):
+        return None
+    naming = config.hydra.job.config.override_dirname
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    return {job_dir_name(num, get_overrides_dirname(parser.parse_overrides(list(overrides)),
+                                                    list(naming.exclude_keys),
+                                                    naming.item_sep, naming.kv_sep))
+            for num, overrides in enumerate(jobs)}
+
+
+def job_folders(sweep_dir: Path) -> list[str]:
+    if not sweep_dir.is_dir():
+        return []
+    return [p.name for p in sorted(sweep_dir.iterdir(), key=natural_order)
+            if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+            and p.name != WANDB_DIR
+            and any((p / name).exists() for name in (STATUS, METRICS, ".hydra"))]
+
+
+def move_stale(sweep_dir: Path, current: set[str]) -> list[str]:
+    stale = [job for job in job_folders(sweep_dir) if job not in current]
+    if not stale:
+        return []
+    aside = sweep_dir / STALE / time.strftime("%Y-%m-%d_%H-%M-%S")
+    aside.mkdir(parents=True, exist_ok=True)
+    for job in stale:
+        for folder in (sweep_dir / job, next_dir(sweep_dir / job)):
+            if folder.exists():
+                folder.rename(aside / folder.name)
+    shown = ", ".join(stale[:8]) + (f" and {len(stale) - 8} more" if len(stale) > 8 else "")
+    log.warning("%d job folder%s of an earlier launch into %s %s none of this sweep's jobs "
+                "(its swept values changed): moved aside into %s, where no reader reads them: %s",
+                len(stale), "s" * (len(stale) != 1), sweep_dir,
+                "is" if len(stale) == 1 else "are", aside, shown)
+    return stale

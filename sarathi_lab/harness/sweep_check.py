@@ -1,6 +1,5 @@
-"""Every job of a sweep checked before the first runs (under the basic launcher, preflighted as
-the job will be): the first refusal stops the sweep with one line and exit 2, before any sweep
-directory exists."""
+"""Every job of a sweep checked (preflighted, under the basic launcher) before the first runs: the
+first refusal stops the sweep in one line, exit 2, before any sweep directory exists."""
 from __future__ import annotations
 
 import logging
@@ -49,7 +48,6 @@ class SweepPreflight(Callback):
             from sarathi_lab import cli_args
 
             # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
-
             cli_args.refuse(error)
 
 
@@ -64,15 +62,10 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
 
 def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
     """The jobs launched (collapsed under our sweeper unless repeat_ignored), and notes."""
-
     jobs = job_overrides(config)
     if not _is(config.hydra.sweeper, SWEEPER) or config.hydra.sweeper.get("repeat_ignored"):
         return jobs, []
     return collapse_ignored(config, jobs)
-
-
-def _may_be_ignored(key: str) -> bool:
-    return key in ("chunk", "token_budget") or key.startswith("scheduler.")
 
 
 def collapse_ignored(config: DictConfig,
@@ -87,7 +80,9 @@ def collapse_ignored(config: DictConfig,
     for overrides in jobs:
         for override in overrides:
             values.setdefault(override_key(override), set()).add(override)
-    swept = [key for key, seen in values.items() if len(seen) > 1 and _may_be_ignored(key)]
+    # The keys a job may ignore: a scheduler's knobs, and the budget some schedulers do not read.
+    swept = [key for key, seen in values.items() if len(seen) > 1
+             and (key in ("chunk", "token_budget") or key.startswith("scheduler."))]
     if not swept:
         return jobs, []
     loader = GlobalHydra.instance().config_loader()
@@ -161,25 +156,21 @@ def composed(loader, overrides: list[str]) -> bool:
 
 
 def _job_config(loader, config: DictConfig, overrides: list[str]):
-    if _PARSED["loader"] is not loader:
-        _PARSED.update(loader=loader, jobs={})
-    jobs = _PARSED["jobs"]
-    if (key := tuple(overrides)) not in jobs:
-        jobs[key] = _parse_job(loader, config, overrides)
-    if isinstance(jobs[key], Exception):
-        raise jobs[key]
-    return jobs[key]
-
-
-def _parse_job(loader, config: DictConfig, overrides: list[str]):
     from sarathi_lab.config import ConfigError
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model import ModelLoadError
 
-    job = loader.load_sweep_config(config, list(overrides))
-    with read_write(job), open_dict(job):
-        del job["hydra"]
-    try:
-        return parse_config(job)
-    except (ConfigError, ModelLoadError) as e:
-        return e
+    if _PARSED["loader"] is not loader:
+        _PARSED.update(loader=loader, jobs={})
+    jobs, key = _PARSED["jobs"], tuple(overrides)
+    if key not in jobs:
+        job = loader.load_sweep_config(config, list(overrides))
+        with read_write(job), open_dict(job):
+            del job["hydra"]
+        try:
+            jobs[key] = parse_config(job)
+        except (ConfigError, ModelLoadError) as e:
+            jobs[key] = e
+    if isinstance(jobs[key], Exception):
+        raise jobs[key]
+    return jobs[key]

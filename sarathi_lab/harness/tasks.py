@@ -1,7 +1,5 @@
-"""The measurements besides serving that a run can be (``task=NAME``): the measurement wing
-registers each; the harness finds them here and imports nothing of the wing. A task's module holds
-``run(cfg, llm)`` -> ``(summary, tables)``; optionally ``TAKES_CONTEXT``, ``kv_requests(cfg, plan)``
-and ``check(cfg, context)``."""
+"""The measurements a run can be besides serving (``task=NAME``), registered by the wing: a module
+with ``run(cfg, llm)`` -> (summary, tables), optionally TAKES_CONTEXT, kv_requests, check."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -55,15 +53,12 @@ class TaskContext:
 
 def kv_requests(task: str, cfg, plan) -> list[int]:
     """The requests ``task`` holds in the KV cache at once; none beyond one without the hook."""
-    module = _module(task)
-    return module.kv_requests(cfg, plan) if hasattr(module, "kv_requests") else []
+    return getattr(_module(task), "kv_requests", lambda cfg, plan: [])(cfg, plan)
 
 
 def check_task(task: str, cfg, context: int) -> None:
     """Refuses, before any measuring, what ``task`` cannot do on a model of ``context`` tokens."""
-    module = _module(task)
-    if hasattr(module, "check"):
-        module.check(cfg, context)
+    getattr(_module(task), "check", lambda cfg, context: None)(cfg, context)
 
 
 def kv_blocks(lengths: list[int], block_size: int) -> int:

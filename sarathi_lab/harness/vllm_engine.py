@@ -1,6 +1,5 @@
-"""executor=vllm: vLLM's engine on the run's weights, driven by our client and recorded in our
-engine's terms (Metrics), so every table and figure reads it like any other run. vLLM does not time
-schedule, preparation, forward and sampling apart: those columns are NaN."""
+"""executor=vllm: vLLM's engine on the run's weights, driven by our client and recorded as Metrics,
+so tables and figures read it like any run; the times vLLM does not split are NaN."""
 from __future__ import annotations
 
 import dataclasses
@@ -54,7 +53,6 @@ def _environment(threads: int | None, kv_bytes: int) -> None:
                        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)),
                        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
                        # GiB, whole; num_gpu_blocks_override holds the cache to the plan's.
-
                        "VLLM_CPU_KVCACHE_SPACE": str(max(1, math.ceil(kv_bytes / 2**30)))})
 
 
@@ -84,9 +82,6 @@ class _Call:
     outputs: dict[int, list[int]] = field(default_factory=dict)
     # The last step's iteration records not yet handed out (a step may schedule twice).
     ready: deque = field(default_factory=deque)
-
-    def unfinished(self) -> list[str]:
-        return [rid for rid, r in self.records.items() if r.finish is None]
 
 
 def _vllm_sampling(sampling: SamplingParams, new_tokens: list[int]) -> list:
@@ -193,11 +188,10 @@ class VllmLLM:
         time.sleep(max(0.0, elapsed_s - self.engine.elapsed()))
 
     def abandon(self) -> None:
-        self.core.abort_request(self._call.unfinished())
+        self.core.abort_request([rid for rid, r in self._call.records.items() if r.finish is None])
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
         """One engine step, its iterations handed out one a move; tokens timed when it returns."""
-
         call = self._call
         if call.ready:
             return True, call.ready.popleft()
@@ -261,7 +255,6 @@ def _iteration(index: int, start: float, duration: float, scheduled, prompt_len:
     return IterationRecord(iteration=index, start=start, duration=duration,
                            num_prefill_tokens=prefill_tokens,
                            num_decode_tokens=decode_tokens, num_prefill_requests=len(prefills),
-
                            num_decode_requests=len(decodes), kv_tokens_read=kv_read,
                            num_preempted=len(getattr(scheduled, "preempted_req_ids", None) or ()),
                            **dict.fromkeys(NOT_TIMED, nan), prefill_request_ids=tuple(prefills),

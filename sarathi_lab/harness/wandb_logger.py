@@ -50,7 +50,6 @@ def resolve_mode(cfg: LoggerCfg) -> str:
     return os.environ.get("WANDB_MODE") or ("online" if keyed else "offline")
 
 
-
 def log_to_wandb(cfg: LoggerCfg, run: WandbRun) -> None:
     if cfg.kind == "none":
         return

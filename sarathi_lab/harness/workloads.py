@@ -264,7 +264,6 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
                 if context is not None and sum(lengths[-1]) > context:
                     raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is "
                                       f"invalid: more than the model's context of {context} tokens")
-
     except csv.Error as e:  # a field past the csv module's limit (128 KiB), a NUL byte
         raise ConfigError(f"workload.path={cfg.path!r} is invalid: "
                           f"not a readable CSV ({e})") from None
@@ -306,5 +305,4 @@ def _trace_field(where: str, row: dict, column: str, kind: type, minimum: float)
         shown = raw if raw is None or len(raw) <= 40 else f"{raw[:20]}...({len(raw)} characters)"
         raise ConfigError(f"{where}: {column}={shown!r} is invalid: must be a {kind.__name__} "
                           f">= {minimum:g} within a float's range")
-
     return value
