@@ -195,3 +195,16 @@ def test_device_beside_writes_its_page_with_every_device_and_the_measured_ceilin
     assert "| H100 | 989 | 3,350 | 295 | 784 (2026-11-27_7fae342) | 2,890 | 271 |" in text
     assert "| A6000 | 155 | 768 | 202 | - | - | - |" in text
     assert "calibrated, chunk 256 at length 3072: A6000 1.00x, H100 1.30x: moves with the device" in text
+
+
+def test_a_lease_whose_launch_step_timed_no_engine_iteration_says_so_rather_than_an_empty_table(tmp_path):
+    folder = synthetic_lease(tmp_path / "h200" / "2026-12-01_abc1234")
+    launch = folder / "steps" / "launch" / "result.json"
+    # An older suite's launch step: graph and eager times of decodes, no engine_ms[...].
+    launch.write_text(json.dumps({"metrics": [{"metric": "graph_ms[b=1]", "value": 8.8}]}))
+    found, t, lease = attribute.rows(folder)
+    assert not [r for r in found if r["kind"] == "iteration"]
+    text = attribute.markdown(found, t, lease)
+    assert "| iteration |" not in text and "No iteration attributed" in text
+    assert "Targets a floor" not in text
+    assert "## The paper's claims" in text
