@@ -318,14 +318,15 @@ def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
                      f"| {_f(r['floor_ms'])} | {_f(r['sequential_floor_ms'])} | "
                      f"{_f(r['library_floor_ms'])} | {_f(r['engine_over_library_floor'])} | "
                      + " | ".join(_f(r[p]) for p in PARTS) + " |")
-    notes = ["", "n/a: not computable from the lease's files (csv's note says why); host: "
-             "the launch step keeps one time per iteration, so host work is in unattributed.", "",
+    notes = ["", ("n/a: not computable from the lease's files (csv's note says why); host: the "
+                  "launch step keeps one time per iteration, so host work is in unattributed."), "",
              "Targets a floor puts out of reach:", ""]
     notes += [f"- {r['name']}: {r['targets']}" for r in iterations if r["targets"]] or ["- none"]
     if not iterations:
         # A table of headers alone would read as a lease whose iterations all vanished.
-        lines[-2:], notes = ["No iteration attributed: this lease's launch step timed none as the "
-                             "engine runs it (no `engine_ms[...]`: the suite predates them)."], []
+        lines[-2:], notes = [("No iteration attributed: this lease's launch step timed none "
+                              "as the engine runs it (no `engine_ms[...]`: the suite predates "
+                              "them).")], []
     lines += notes
     lines += ["", "## The paper's claims: the device's part and the engine's", ""]
     lines += [f"- {r['experiment']}, {r['claim']}: {r['why']}" for r in found
