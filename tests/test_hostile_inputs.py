@@ -326,7 +326,7 @@ def test_a_kv_capacity_spread_of_a_few_blocks_is_said_as_a_percentage():
 
 
 def test_the_progress_bar_grows_with_recomputed_tokens_without_a_warning():
-    from sarathi_lab.harness.runner import Progress
+    from sarathi_lab.harness.progress import Progress
 
     bar = Progress(10, 1, lambda: None, interactive=True)
     bar._interval_s = float("inf")

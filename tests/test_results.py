@@ -13,8 +13,8 @@ from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.interrupts import Interrupted
+from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import RunResult, clear_results, load_runs, result_files, write_results
-from sarathi_lab.harness.runner import Progress
 from sarathi_lab.model.cpu_linear import aten_from_rows, describe, packed_gemm
 
 TINY = ["experiment=smoke", "logger=none", "workload.num_requests=2", "seq_len=48", "pd_ratio=5"]

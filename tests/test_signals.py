@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from sarathi_lab.harness.interrupts import Interrupted, interruption_of, signals_interrupt
-from sarathi_lab.harness.runner import Progress
+from sarathi_lab.harness.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 
