@@ -105,8 +105,8 @@ def restore(out: Path, archive: Path) -> int:
                 with suppress(OSError):
                     partial.unlink(missing_ok=True)
                 raise ValueError(f"--out={out} is invalid: {target.relative_to(out.resolve())} "
-                                    f"cannot be written there ({e.strerror or e}); {restored} "
-                                    "files were restored before it") from None
+                                 f"cannot be written there ({e.strerror or e}); {restored} "
+                                 "files were restored before it") from None
             restored += 1
     return restored
 
