@@ -127,24 +127,49 @@ def test_the_decode_gain_is_set_beside_the_device_s_floors(tmp_path, ours, says)
 def test_a_lease_without_tune_says_its_gemm_part_is_missing_and_the_cli_writes_both_files(tmp_path, capsys):
     folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234", tune=False)
     assert attribute.main([str(folder)]) == 0
-    with open(folder / attribute.CSV, newline="") as f:
+    table, page = (tmp_path / "h100" / f"2026-12-01_abc1234.attribution{s}" for s in (".csv", ".md"))
+    with open(table, newline="") as f:
         rows = list(csv.DictReader(f))
     assert all(r["gemm_efficiency_ms"] == "" for r in rows if r["kind"] == "iteration")
     assert "not attributed (tune_gemm.csv timed no tokens)" in rows[-1]["why"]
-    assert "| c=256+b=17 | 273 (288) |" in (folder / attribute.MD).read_text()
+    assert "| c=256+b=17 | 273 (288) |" in page.read_text()
     assert "wrote" in capsys.readouterr().out
 
 
-def test_a_lease_folder_without_its_launch_result_is_refused_in_one_line(tmp_path):
+def test_attribution_is_written_beside_the_lease_and_leaves_its_collected_files_as_they_were(tmp_path):
     folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234")
-    (folder / "steps" / "launch" / "result.json").unlink()
+    (folder / "provenance.json").write_text('{"*": {"source": "measured GPU"}}\n')
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert attribute.main([str(folder)]) == 0
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    sidecar = json.loads((tmp_path / "h100" / "provenance.json").read_text())
+    assert sidecar["2026-12-01_abc1234.attribution.md"]["lease"] == "2026-12-01_abc1234"
+    # What another writer left there is replaced only when asked.
+    (tmp_path / "h100" / "provenance.json").unlink()
+    with pytest.raises(SystemExit):
+        attribute.main([str(folder)])
+    assert attribute.main([str(folder), "--force"]) == 0
+
+
+def test_a_lease_folder_with_an_unreadable_launch_result_is_refused_in_one_line(tmp_path):
+    folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234")
+    (folder / "steps" / "launch" / "result.json").write_text("[1, 2")
     with pytest.raises(ValueError, match=r"steps/launch/result.json is invalid"):
         attribute.load(folder)
 
 
+def test_a_lease_that_ran_no_launch_step_still_attributes_its_claims(tmp_path):
+    folder = synthetic_lease(tmp_path / "h200" / "2026-12-01_abc1234")
+    (folder / "steps" / "launch" / "result.json").unlink()
+    (folder / "steps" / "launch").rmdir()
+    found, t, lease = attribute.rows(folder)
+    assert [r["kind"] for r in found] == ["claim"] and "is cuBLAS at 256" in found[0]["why"]
+    assert "or the lease ran no launch step" in attribute.markdown(found, t, lease)
+
+
 def test_the_h100_lease_end_to_end():
     # The committed lease: its parts sum to each iteration's time over the floor, the floors recomputed
-    # at its copy rate are the launch step's, and attribution.csv is what the module writes now.
+    # at its copy rate are the launch step's, and the attribution table beside it is what the module writes now.
     found, t, lease = attribute.rows(H100)
     iterations = [r for r in found if r["kind"] == "iteration"]
     assert len(iterations) == 30 and t.ceiling == "copy"
@@ -155,12 +180,12 @@ def test_the_h100_lease_end_to_end():
     assert {r["name"]: r["graph_tokens"] for r in iterations}["c=512+b=17"] == 544
     why = next(r["why"] for r in found if r.get("experiment") == "chunk_overhead")
     assert "chunk 256: 1.45x of 1.50x is cuBLAS at 256 vs 1,024 tokens on the H100" in why
-    with open(H100 / attribute.CSV, newline="") as f:
+    with open(H100.parent / f"{H100.name}.attribution.csv", newline="") as f:
         kept = list(csv.DictReader(f))
     assert [r["name"] for r in kept] == [r["name"] for r in found]
 
 
-def test_gpu_claims_show_the_lease_s_why_and_say_when_a_lease_predates_attribution(tmp_path):
+def test_gpu_claims_show_the_lease_s_why_and_say_when_a_lease_has_none(tmp_path):
     from tests.test_gpu_claims import keep_run
     gpu = tmp_path / "gpu"
     keep_run(gpu, "h100", "2026-11-27_aaaaaaa", {"gain": "2x"})
@@ -169,10 +194,10 @@ def test_gpu_claims_show_the_lease_s_why_and_say_when_a_lease_predates_attributi
         claims = gpu / device / run / "claims.csv"
         text = claims.read_text().replace(",yes", ",no")
         claims.write_text(text)
-    _write_csv(gpu / "h100" / "2026-11-27_aaaaaaa" / attribute.CSV,
+    _write_csv(gpu / "h100" / "2026-11-27_aaaaaaa.attribution.csv",
                [{"kind": "claim", "experiment": "decode_speedup", "claim": "gain", "why": "the device's floors"}])
     whys = {r.device: r.why for r in gpu_claims.judged(gpu)}
-    assert whys == {"h100": "the device's floors", "h200": "not attributed (the lease predates attribution)"}
+    assert whys == {"h100": "the device's floors", "h200": "not attributed (no attribution beside the lease)"}
     assert "| no | the device's floors |" in gpu_claims.section(gpu)
 
 

@@ -3,8 +3,9 @@ measured in a lease the hardware explains, from that lease's files alone:
 
     python -m sarathi_lab.analysis.attribute docs/gpu/h100/2026-11-27_7fae342
 
-prints the table and writes ``attribution.csv`` and ``attribution.md`` into the lease's folder;
-an iteration's parts sum to its time over the floor, and a part the lease lacks says why."""
+prints the table and writes ``<lease>.attribution.csv`` and ``.md`` beside the lease's folder, which
+stays as collected; an iteration's parts sum to its time over the floor, and a part the lease lacks
+says why."""
 from __future__ import annotations
 
 import csv
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sarathi_lab import cli_args, provenance
+from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis import library_floor as lib
 from sarathi_lab.analysis.launch_grid import SHAPES
 from sarathi_lab.config import DTYPE_BYTES
@@ -22,7 +24,7 @@ from sarathi_lab.model import load_config
 from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.model.shape import Shape
 
-CSV, MD = "attribution.csv", "attribution.md"
+SUFFIXES = (".csv", ".md")
 PARTS = ("overlap_gap_ms", "gemm_efficiency_ms", "attention_kernels_ms", "attention_over_peer_ms",
          "elementwise_ms", "padding_ms", "host_ms", "unattributed_ms")
 COLUMNS = ("kind", "name", "tokens", "graph_tokens", "engine_ms", "floor_ms", "sequential_floor_ms",
@@ -61,14 +63,15 @@ def _json(path: Path) -> dict:
 
 
 def load(folder: Path) -> Lease:
-    """A lease's launch and env results; a ValueError naming a missing or unreadable file."""
+    """A lease's launch and env results; a ValueError naming a missing or unreadable file. A lease
+    that ran no launch step has no iteration to attribute, but its claims still have one."""
     folder = Path(folder)
     record = _json(folder / "lease.json")
     def metrics(step: str) -> dict[str, dict]:
         return {m["metric"]: m for m in _json(folder / "steps" / step / "result.json").get(
             "metrics", []) if isinstance(m, dict) and "metric" in m}
 
-    launch = metrics("launch")
+    launch = metrics("launch") if (folder / "steps" / "launch").is_dir() else {}
     env = _json(folder / "steps" / "env" / "env.json")
     if (folder / "steps" / "env" / "result.json").is_file():
         env |= {name: m.get("value") for name, m in metrics("env").items()}
@@ -305,8 +308,9 @@ def _f(value, digits: int = 2) -> str:
 def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
     iterations = [r for r in found if r["kind"] == "iteration"]
     lines = [f"# Attribution: {lease.folder.name} ({lease.device.upper()})", "",
-             ("Written by `python -m sarathi_lab.analysis.attribute` from this folder's files "
-              "(definitions: [the lease README](README.md#floors-and-attribution)). Memory "
+             (f"Written by `python -m sarathi_lab.analysis.attribute` from the files of "
+              f"[{lease.folder.name}]({lease.folder.name}/README.md) (definitions: "
+              "[Floors and attribution](../README.md#floors-and-attribution)). Memory "
               f"ceiling: {t.gbps:,.0f} GB/s ({t.ceiling} "
               f"rate{'' if t.ceiling == 'read' else ': the lease measured no read rate'}). Times "
               "in ms over all layers; parts sum to engine minus physical floor."), "",
@@ -326,43 +330,50 @@ def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
         # A table of headers alone would read as a lease whose iterations all vanished.
         lines[-2:], notes = [("No iteration attributed: this lease's launch step timed none "
                               "as the engine runs it (no `engine_ms[...]`: the suite predates "
-                              "them).")], []
+                              "them, or the lease ran no launch step).")], []
     lines += notes
     lines += ["", "## The paper's claims: the device's part and the engine's", ""]
     lines += [f"- {r['experiment']}, {r['claim']}: {r['why']}" for r in found
               if r["kind"] == "claim"] or ["- none"]
     lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims "
                    "on the A6000 and the H100): "
-                   "[docs/sim/device_beside.md](../../../sim/device_beside.md), by `python -m "
+                   "[docs/sim/device_beside.md](../../sim/device_beside.md), by `python -m "
                    "sarathi_lab.measure.bench.device_beside`."), ""]
     return "\n".join(lines)
 
 
+def planned(folder: Path) -> dict[Path, provenance.Provenance]:
+    """Derived from the lease's measurements, not measured: beside its folder, never in it."""
+    derived = provenance.Provenance("computed from measured GPU", lease=Path(folder).name,
+                                    writer="python -m sarathi_lab.analysis.attribute")
+    return {gpu_records.attribution(Path(folder), s): derived for s in SUFFIXES}
+
+
 def write(folder: Path, found: list[dict], t: Tables, lease: Lease) -> list[Path]:
-    folder = Path(folder)
-    with open(folder / CSV, "w", newline="") as f:
+    table, page = planned(folder)
+    with open(table, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
         writer.writerows({c: _shown(r.get(c)) for c in COLUMNS} for r in found)
-    (folder / MD).write_text(markdown(found, t, lease))
-    # Derived from the lease's measurements, not measured: told apart from collect's files.
-    derived = provenance.Provenance("computed from measured GPU", lease=folder.name,
-                                    writer="python -m sarathi_lab.analysis.attribute")
-    provenance.record_folder(folder, {CSV: derived, MD: derived})
-    return [folder / CSV, folder / MD]
+    page.write_text(markdown(found, t, lease))
+    provenance.record(planned(folder))
+    return [table, page]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.attribute",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("lease", type=Path, help="a lease's folder under docs/gpu/<device>/")
+    parser.add_argument("--force", action="store_true",
+                        help="replace files beside the lease that another writer wrote")
     args = parser.parse_args(argv)
     try:
         found, t, lease = rows(args.lease)
     except (ValueError, TypeError) as e:
         parser.error(str(e))
+    provenance.check_or_refuse(parser, planned(args.lease), args.force, "--force replaces them")
     written = write(args.lease, found, t, lease)
-    sys.stdout.write((args.lease / MD).read_text())
+    sys.stdout.write(written[1].read_text())
     print("\nwrote " + ", ".join(map(str, written)))
     return 0
 

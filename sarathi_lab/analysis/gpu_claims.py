@@ -14,7 +14,6 @@ BEGIN = ("<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --g
 END = "<!-- /gpu-claims -->"
 # The seeds a paper sweep's command named.
 SEEDS = re.compile(r"\bseed=([0-9][0-9,]*)")
-ATTRIBUTION = "attribution.csv"
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class Judged:
     commit: str
     engine: str      # eager, or with which CUDA graphs (lease.json)
     seeds: str
-    why: str = ""    # for a claim not judged "yes": the lease's attribution of it (attribution.csv)
+    why: str = ""    # for a claim not judged "yes": the lease's attribution of it
 
 
 # claims.csv's "left out" for a claim from an unfinished sweep.
@@ -78,9 +77,9 @@ def judged(gpu_docs: Path) -> list[Judged]:
 
 
 def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
-    """(experiment, claim) -> why from the lease's attribution.csv; None without one."""
+    """(experiment, claim) -> why from the lease's attribution table; None without one."""
     try:
-        with open(folder / ATTRIBUTION, newline="") as f:
+        with open(gpu_records.attribution(folder, ".csv"), newline="") as f:
             return {(r.get("experiment", ""), r.get("claim", "")): r.get("why", "")
                     for r in csv.DictReader(f) if r.get("kind") == "claim"}
     except (OSError, ValueError, csv.Error):
@@ -91,7 +90,7 @@ def _why(whys: dict | None, row: dict) -> str:
     if row.get("holds", "").strip() == "yes":
         return ""
     if whys is None:
-        return "not attributed (the lease predates attribution)"
+        return "not attributed (no attribution beside the lease)"
     return whys.get((row.get("experiment", ""), row.get("claim", ""))) or "not attributed"
 
 
@@ -115,8 +114,8 @@ def section(gpu_docs: Path) -> str:
            "replaying CUDA graphs), seeds: the seeds its sweep ran (and the jobs it stands on "
            "where the sweep did not finish), spread: over them (none with one seed); why: for a "
            "claim that does not hold, the part the device explains and the part our engine does "
-           "(the lease's `attribution.md`, `python -m sarathi_lab.analysis.attribute`). Older runs "
-           "follow as history.")
+           "(`docs/gpu/<device>/<run>.attribution.md`, `python -m "
+           "sarathi_lab.analysis.attribute`). Older runs follow as history.")
     lines = [BEGIN, "", "### Every claim on the newest GPU run of each device", "", how, "",
              ("| claim | paper | device | run (commit) | engine | seeds | measured | spread | "
               "holds? | why |"),

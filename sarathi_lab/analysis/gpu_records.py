@@ -17,6 +17,9 @@ from typing import Any
 
 # The suite's files in its out directory, archive and kept lease folders.
 SUMMARY, LEASE_FILE, CLAIMS = "summary.json", "lease.json", "claims.csv"
+# A lease's attribution is derived, not collected: it sits beside the lease's folder, which stays as
+# collected.
+ATTRIBUTION = ".attribution"
 # Any file of the suite, from an archive or disk.
 MAX_FILE_BYTES = 16 << 20
 # One part of a name the suite writes: what every filesystem takes.
@@ -30,6 +33,11 @@ LEASE = re.compile(r"(\d{4}-\d{2}-\d{2})_([A-Za-z0-9._+-]{1,200})")
 STATUSES = ("done", "failed", "incomplete", "unavailable")
 # Times are the GPU machine's clock: a little ahead is skew, more is damage.
 CLOCK_SKEW_S = 3600.0
+
+
+def attribution(folder: Path, suffix: str) -> Path:
+    """<device>/<lease>.attribution.csv or .md, beside <device>/<lease>/."""
+    return folder.parent / f"{folder.name}{ATTRIBUTION}{suffix}"
 
 
 class RecordError(ValueError):

@@ -80,9 +80,9 @@ def sim_rows() -> list[dict]:
 def markdown(gpu_docs: Path, rows: list[dict]) -> str:
     lines = ["# The paper's device beside ours", "",
              ("Written by `python -m sarathi_lab.measure.bench.device_beside`; read beside each "
-             "lease's `attribution.md`."), "",
+             "lease's `docs/gpu/<device>/<lease>.attribution.md`."), "",
              ("Ridge point: the tokens from which a bf16 GEMM is compute-bound (matmul rate / "
-              "memory rate; `analysis/device_beside.py`). Data sheets from "
+              "memory rate; `measure/bench/device_beside.py`). Data sheets from "
               "`sarathi_lab/sim/devices/`; measured: the newest lease's env step (read rate where "
               "measured, else copy)."), "",
              ("| device | data sheet TFLOP/s | GB/s | ridge (tokens) | measured TFLOP/s | GB/s | "
