@@ -23,7 +23,9 @@ OVERLAPS = ("none", "nano_batch")
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 DTYPES = tuple(DTYPE_BYTES)
 CPU_LINEARS = ("auto", "mkl", "onednn", "aten")
-SIM_COST_MODELS = ("roofline", "profile", "calibrated")
+# What predicts a run; "floor" bounds it from below (each kernel at the data-sheet peaks).
+PREDICTING_COST_MODELS = ("roofline", "profile", "calibrated")
+SIM_COST_MODELS = (*PREDICTING_COST_MODELS, "floor")
 EXECUTORS = executor_names()
 MAX_SEED = 2**64 - 1  # numpy's and torch's generators both take [0, 2**64)
 KV_WATERMARK = 0.01  # vLLM's and sarathi-serve's default

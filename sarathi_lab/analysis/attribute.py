@@ -12,12 +12,13 @@ import csv
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis import library_floor as lib
+from sarathi_lab.analysis.claim_attribution import claim_rows
 from sarathi_lab.analysis.launch_grid import SHAPES
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.model import load_config
@@ -33,12 +34,6 @@ COLUMNS = ("kind", "name", "tokens", "graph_tokens", "engine_ms", "floor_ms", "s
            "targets", "experiment", "claim", "ours", "hardware", "engine_part", "why", "note")
 KEY = re.compile(r"^(?:c=(\d+)\+)?b=(\d+)(?:,ctx=(\d+))?(?:,(\w+))?$")
 HOST = "host: not in the lease (the launch step keeps one time per iteration)"
-# What a lease's claims.csv says of a claim, read back to attribute it.
-PREFILL = re.compile(r"chunk (\d+): ([0-9.]+)x prefill")
-LENGTH = re.compile(r"at length (\d+)")
-RANGE = re.compile(r"([0-9.]+)x-([0-9.]+)x")
-SWEEP = re.compile(r"batch sizes ([0-9, ]+?) and lengths ([0-9, ]+)")
-
 
 @dataclass
 class Lease:
@@ -46,6 +41,9 @@ class Lease:
     device: str
     launch: dict[str, dict]
     env: dict
+    engine: str = ""
+    # (experiment, claim) -> the lease's own sweep judged at the device's floors (floor_claims.py)
+    floors: dict[tuple[str, str], dict] = field(default_factory=dict)
 
     def table(self, step: str, name: str) -> Path:
         return self.folder / "steps" / step / name
@@ -75,7 +73,16 @@ def load(folder: Path) -> Lease:
     env = _json(folder / "steps" / "env" / "env.json")
     if (folder / "steps" / "env" / "result.json").is_file():
         env |= {name: m.get("value") for name, m in metrics("env").items()}
-    return Lease(folder, str(record.get("device") or folder.parent.name), launch, env)
+    return Lease(folder, str(record.get("device") or folder.parent.name), launch, env,
+                 str(record.get("engine", "")), _floor_claims(folder))
+
+
+def _floor_claims(folder: Path) -> dict[tuple[str, str], dict]:
+    try:
+        with open(gpu_records.floor_claims(folder), newline="") as f:
+            return {(r["experiment"], r["claim"]): r for r in csv.DictReader(f)}
+    except (OSError, KeyError, csv.Error):
+        return {}
 
 
 def _value(lease: Lease, metric: str) -> float | None:
@@ -194,97 +201,6 @@ def targets(lease: Lease, key: str, physical: float, sequential: float,
     return "; ".join(found)
 
 
-def _claims(lease) -> list[dict]:
-    path = lease.folder / "claims.csv"
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return [r for r in csv.DictReader(f) if r.get("holds", "").strip() != "yes"]
-
-
-def _claim_row(row: dict, hardware: str, engine: str, why: str, note: str = "") -> dict:
-    return {"kind": "claim", "name": row.get("experiment", ""),
-            "experiment": row.get("experiment", ""),
-            "claim": row.get("claim", ""), "ours": row.get("ours", ""), "hardware": hardware,
-            "engine_part": engine, "why": why, "note": note}
-
-
-def chunk_overhead(row: dict, lease, t) -> dict:
-    """A chunked prefill's ratio: cuBLAS's part, the engine's rest; attention over the best peer."""
-    length = int(m[1]) if (m := LENGTH.search(row.get("ours", ""))) else None
-    pieces, hw, eng = [], [], []
-    for chunk, ours in ((int(c), float(x)) for c, x in PREFILL.findall(row.get("ours", ""))):
-        whole = max((m for m in t.gemms.layer_ms if length and m <= length), default=None)
-        at_chunk = t.gemms.ms(chunk)
-        if whole is None or at_chunk is None:
-            pieces.append(f"chunk {chunk}: not attributed (tune_gemm.csv timed {t.gemms.measured})")
-            continue
-        hardware = (at_chunk / chunk) / (t.gemms.layer_ms[whole] / whole)
-        own = t.attention.chunk_ms("engine", chunk, length - chunk)
-        peer = t.attention.chunk_ms("best_peer", chunk, length - chunk)
-        attention = (f" (its chunk attention {own / peer:.2f}x the best peer's over a "
-                     f"{length - chunk:,}-token prefix)") if own and peer else ""
-        hw.append(f"{chunk}: {hardware:.2f}")
-        eng.append(f"{chunk}: {ours - hardware:+.2f}")
-        pieces.append(f"chunk {chunk}: {hardware:.2f}x of {ours:.2f}x is cuBLAS at {chunk:,} vs "
-                      f"{whole:,} tokens on the {lease.device.upper()}; {ours - hardware:+.2f}x is "
-                      f"our engine{attention}")
-    return _claim_row(row, "; ".join(hw), "; ".join(eng), "; ".join(pieces))
-
-
-def _floor_gain(lease, t, chunk: int, batch: int, length: int) -> float:
-    """The paper's decode gain at the device's floors: decode-only per decode over riding ones."""
-    rate = float(lease.env["matmul_tflops"]) * 1e3
-
-    def ms(queries):
-        return floor(t.shape, queries, [length] * len(queries), len(queries), t.elem, t.gbps,
-                     rate).seconds
-
-    alone = ms([1] * batch) / batch
-    added = (ms([chunk] + [1] * (batch - 1)) - ms([chunk])) / (batch - 1)
-    return alone / added
-
-
-def decode_speedup(row: dict, lease, t) -> dict:
-    """The paper's gain at this device's floors beside ours: a shortfall they allow is ours."""
-    sweep, paper = SWEEP.search(row.get("ours", "")), RANGE.search(row.get("paper", ""))
-    ours, chunk = RANGE.search(row.get("ours", "")), re.search(r"chunk (\d+)", row.get("paper", ""))
-    if not (sweep and ours and chunk):
-        return _claim_row(row, "", "",
-                          "not attributed (claims.csv does not name the sweep's points)")
-    points = [(int(b), int(n)) for b in sweep[1].split(",") if b.strip() and int(b) > 1
-              for n in sweep[2].split(",") if n.strip()]
-    gains = {p: _floor_gain(lease, t, int(chunk[1]), *p) for p in points}
-    (b_lo, n_lo), (b_hi, n_hi) = min(gains, key=gains.get), max(gains, key=gains.get)
-    low, high, top = gains[(b_lo, n_lo)], gains[(b_hi, n_hi)], float(ours[2])
-    device = lease.device.upper()
-    why = (f"the {device}'s floors allow {low:.1f}x (B={b_lo}, length {n_lo}) to {high:.1f}x "
-           f"(B={b_hi}, length {n_hi}); ours {float(ours[1]):.1f}x-{top:.1f}x")
-    if top > high:
-        why += ": ours' top lies above the floors' (a ratio over a difference within the noise)"
-    elif paper and top < float(paper[2]) <= high:
-        why += (f": the paper's {paper[2]}x fits the device, so the shortfall at the top is our "
-                "engine")
-    elif paper and high < float(paper[2]):
-        why += f": the device caps the gain below the paper's {paper[2]}x"
-    if paper and low < float(paper[1]):
-        why += f"; at B={b_lo}, length {n_lo} the floor itself is below the paper's {paper[1]}x"
-    return _claim_row(row, f"{low:.2f}-{high:.2f}", f"ours' top {top / high:.2f} of the floors'",
-                      why)
-
-
-ATTRIBUTORS = {"chunk_overhead": chunk_overhead, "decode_speedup": decode_speedup}
-
-
-def claim_rows(lease: Lease, t: Tables) -> list[dict]:
-    """Each claim the lease judged short of "yes", split into the device's part and the engine's."""
-    found = []
-    for row in _claims(lease):
-        attribute = ATTRIBUTORS.get(row.get("experiment", ""))
-        found.append(attribute(row, lease, t) if attribute else
-                     _claim_row(row, "", "",
-                                "not attributed (no attribution for this experiment yet)"))
-    return found
 
 
 def rows(folder: Path) -> tuple[list[dict], Tables, Lease]:

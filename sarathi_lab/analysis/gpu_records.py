@@ -17,8 +17,7 @@ from typing import Any
 
 # The suite's files in its out directory, archive and kept lease folders.
 SUMMARY, LEASE_FILE, CLAIMS = "summary.json", "lease.json", "claims.csv"
-# A lease's attribution is derived, not collected: it sits beside the lease's folder, which stays as
-# collected.
+# What is derived from a lease, not collected, sits beside its folder, which stays as collected.
 ATTRIBUTION = ".attribution"
 # Any file of the suite, from an archive or disk.
 MAX_FILE_BYTES = 16 << 20
@@ -38,6 +37,11 @@ CLOCK_SKEW_S = 3600.0
 def attribution(folder: Path, suffix: str) -> Path:
     """<device>/<lease>.attribution.csv or .md, beside <device>/<lease>/."""
     return folder.parent / f"{folder.name}{ATTRIBUTION}{suffix}"
+
+
+def floor_claims(folder: Path) -> Path:
+    """<device>/<lease>.floor_claims.csv: the lease's sweeps on the simulator's roofline."""
+    return folder.parent / f"{folder.name}.floor_claims.csv"
 
 
 class RecordError(ValueError):

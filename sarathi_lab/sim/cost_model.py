@@ -144,9 +144,11 @@ class Choice:
 
 _REGISTRY: dict[str, type[CostModel]] = {}
 TENSOR_PARALLEL = "tensor_parallel"
+# Cost models of data-sheet arithmetic alone: their all-reduce is too, never a measured one.
+ANALYTIC = ("roofline", "floor")
 PIPELINE = "pipeline"
 # The engine's own table (task=profile) before other engines' kernels.
-PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",),
+PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",), "floor": ("floor",),
               "profile": ("profile_table", "gpu_kernels")}
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.sim.cost_model import (
+    ANALYTIC,
     PIPELINE,
     TENSOR_PARALLEL,
     CostModel,
@@ -163,13 +164,13 @@ class TensorParallelCostModel(CostModel):
         super().__init__(config, dtype)
         self.shard, self.name, self.device = shard, shard.name, shard.device
         par, device = Parallelism(tp=tp), shard.device.name
-        measured = self.name != "roofline" and tp > 1
+        measured = self.name not in ANALYTIC and tp > 1
         points = tuple(sorted(measured_points(device, tp).items())) if measured else ()
         source = (f"vidur, {device.upper()} DGX node, NCCL" if points
                   else f"no all-reduce measured for {tp} x {device}" if measured else "")
         self.all_reduce = AllReduce(tp, par.allreduce_latency_s, par.allreduce_bandwidth, points,
                                     source)
-        if self.name != "roofline":
+        if self.name not in ANALYTIC:
             warnings.warn(f"sim_tp={tp} on {device} (sim_cost_model={self.name!r}): the "
                           f"{self.all_reduce.describe()}", stacklevel=3)
         self.layers = shard.config.num_hidden_layers

@@ -18,7 +18,7 @@ import pandas as pd
 from sarathi_lab import provenance
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
-from sarathi_lab.config import REPO_ROOT, SIM_COST_MODELS, ConfigError
+from sarathi_lab.config import PREDICTING_COST_MODELS, REPO_ROOT, ConfigError
 from sarathi_lab.engine.metrics import iteration_kinds, stalled
 from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness import scales
@@ -165,7 +165,7 @@ class Comparison(NamedTuple):
     unavailable: pd.DataFrame
 
 
-def compare(runs: Path, work: Path, device: str, cost_models=SIM_COST_MODELS,
+def compare(runs: Path, work: Path, device: str, cost_models=PREDICTING_COST_MODELS,
             progress=print) -> Comparison:
     """Every comparable run under ``runs`` rebuilt under each cost model that runs on ``device``."""
     rows, points, missing = [], [], Counter()
@@ -203,7 +203,8 @@ def compare(runs: Path, work: Path, device: str, cost_models=SIM_COST_MODELS,
     return Comparison(pd.DataFrame(rows), every, unavailable)
 
 
-def gains(runs: Path, work: Path, cost_models=SIM_COST_MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def gains(runs: Path, work: Path,
+          cost_models=PREDICTING_COST_MODELS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """pd_ratio's gain per point, measured beside each cost model's, and their claims rows (runs
     flagged timing-unreliable kept: the simulation rebuilt every run)."""
     keys = [*derive.WORKLOAD_KEYS, "chunk"]
@@ -233,7 +234,7 @@ OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv"
            "errors.png")
 
 
-def comparison_provenance(runs: list[Path], device: str, cost_models=SIM_COST_MODELS,
+def comparison_provenance(runs: list[Path], device: str, cost_models=PREDICTING_COST_MODELS,
                           lease: str = "") -> provenance.Provenance:
     """Where no run recorded its commit, the lease's: a lease ran at the commit it names."""
     envs = [read_record(run / METRICS)["environment"] for run in runs]
@@ -318,8 +319,8 @@ def _parser() -> argparse.ArgumentParser:
                         "OUT/work)")
     parser.add_argument("--device", default="h200",
                         help="the simulated device: the one the runs were measured on")
-    parser.add_argument("--cost-model", type=names_of(SIM_COST_MODELS),
-                        default=list(SIM_COST_MODELS), help="the cost models to compare, "
+    parser.add_argument("--cost-model", type=names_of(PREDICTING_COST_MODELS),
+                        default=list(PREDICTING_COST_MODELS), help="the cost models to compare, "
                         "comma-separated; one the device cannot run is reported")
     parser.add_argument("--smoke", action="store_true",
                         help="measure tiny runs and a profile on this CPU first "

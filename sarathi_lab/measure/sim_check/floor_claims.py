@@ -1,0 +1,116 @@
+"""A lease's claims at its device's floors: each paper step's own sweep (the command its
+result.json kept) rerun on the simulator's roofline at the lease's device, judged by the paper
+result's own claims:
+
+    python -m sarathi_lab.measure.sim_check.floor_claims docs/gpu/h200/2026-11-27_9e2ae41
+
+writes ``<lease>.floor_claims.csv`` beside the lease's folder, which stays as collected. The
+attribution reads it: a claim the device's floors allow and our run misses is our engine's."""
+from __future__ import annotations
+
+import csv
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from sarathi_lab import cli_args, provenance
+from sarathi_lab.analysis import gpu_records
+from sarathi_lab.analysis.claims import claims_table
+from sarathi_lab.analysis.runs import Results
+from sarathi_lab.config import REPO_ROOT
+
+COST_MODEL = "floor"
+COLUMNS = ("experiment", "claim", "floors", "holds", "sim_device", "cost_model", "overrides")
+# What a lease's command set for its own machine and folders; the simulator's run sets its own.
+DROPPED = ("hydra.sweep.dir", "device", "on_existing", "logger")
+ALIGN = "scheduler.chunk_align"
+
+
+def short_claims(folder: Path) -> list[str]:
+    """The experiments whose claims the lease judged short of "yes", in its claims.csv's order."""
+    try:
+        with open(folder / gpu_records.CLAIMS, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise ValueError(f"{folder / gpu_records.CLAIMS} is unreadable: {e.strerror}") from None
+    return list(dict.fromkeys(r["experiment"] for r in rows
+                              if r.get("holds", "").strip() != "yes" and r.get("experiment")))
+
+
+def sweep_overrides(folder: Path, experiment: str) -> list[str] | None:
+    """The lease's own overrides of its paper step, less what set its machine and folders; None
+    where the step kept no command (a sweep cut by its call's end)."""
+    path = folder / "steps" / f"paper.{experiment}" / "result.json"
+    notes = gpu_records.read(path, gpu_records.step_result).notes if path.is_file() else []
+    words = next((shlex.split(n) for n in notes if n.startswith("sarathi_lab.run -m ")), None)
+    if words is None:
+        return None
+    kept = [w for w in words[2:] if w.split("=", 1)[0].lstrip("+") not in DROPPED]
+    # A sweep that names no alignment ran the fixed chunk: it predates the tile-aligned default.
+    if not any(w.split("=", 1)[0].lstrip("+") == ALIGN for w in kept):
+        kept.append(f"++{ALIGN}=none")
+    return kept
+
+
+def simulate(overrides: list[str], device: str, root: Path, experiment: str) -> int:
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    args = ["-m", *overrides, "executor=sim", f"engine.sim_device={device}",
+            f"engine.sim_cost_model={COST_MODEL}", "logger=none",
+            f"hydra.sweep.dir={root / experiment / 'multiruns' / COST_MODEL}"]
+    return subprocess.run([sys.executable, "-m", "sarathi_lab.run", *args],
+                          env=os.environ | {"PYTHONPATH": path}, check=False,
+                          stdout=subprocess.DEVNULL).returncode
+
+
+def floor_rows(folder: Path, root: Path) -> list[dict]:
+    device = str(gpu_records.read(folder / gpu_records.LEASE_FILE, gpu_records.lease)["device"])
+    found = []
+    for experiment in short_claims(folder):
+        overrides = sweep_overrides(folder, experiment)
+        if overrides is None:
+            print(f"{experiment}: skipped, {folder}/steps/paper.{experiment}/result.json keeps "
+                  "no `sarathi_lab.run -m` command (the sweep it ran is unknown)")
+            continue
+        if simulate(overrides, device, root, experiment):
+            raise RuntimeError(f"{experiment}'s sweep failed on the simulator (see "
+                               f"{root / experiment})")
+        table = claims_table(Results(root), only=[experiment])
+        found += [{"experiment": experiment, "claim": r["claim"], "floors": r["ours"],
+                   "holds": r["holds"], "sim_device": device, "cost_model": COST_MODEL,
+                   "overrides": " ".join(overrides)} for _, r in table.iterrows()]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.sim_check.floor_claims",
+                             description=__doc__.split("\n\n")[0])
+    parser.add_argument("lease", type=Path, help="a lease's folder under docs/gpu/<device>/")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a file beside the lease that another writer wrote")
+    args = parser.parse_args(argv)
+    out = gpu_records.floor_claims(args.lease)
+    made = provenance.Provenance(f"simulated {args.lease.parent.name.upper()} ({COST_MODEL})",
+                                 lease=args.lease.name,
+                                 writer="python -m sarathi_lab.measure.sim_check.floor_claims")
+    provenance.check_or_refuse(parser, {out: made}, args.force, "--force replaces it")
+    with tempfile.TemporaryDirectory(prefix="floor_claims.") as root:
+        try:
+            rows = floor_rows(args.lease, Path(root))
+        except (ValueError, gpu_records.RecordError) as e:
+            parser.error(str(e))
+    with open(out, "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    provenance.record({out: made})
+    for r in rows:
+        print(f"{r['experiment']}, {r['claim']}: {r['floors']} ({r['holds']})")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

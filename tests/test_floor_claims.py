@@ -1,0 +1,118 @@
+"""The simulator's ``floor`` cost model, a lease's sweeps rerun on it beside the lease
+(``measure.sim_check.floor_claims``), and the attribution of a claim by them."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sarathi_lab.analysis import attribute, claim_attribution
+from sarathi_lab.measure.sim_check import floor_claims
+from sarathi_lab.sim import CostModel, load_device
+from sarathi_lab.sim.roofline import at_floors
+from tests.test_attribution import _write_csv, synthetic_lease
+
+KEPT = Path(__file__).resolve().parents[1] / "docs" / "gpu" / "h200" / "2026-11-27_9e2ae41"
+CLAIM = "SARATHI beats Orca's best case at every sequence length"
+SWEEP = ("sarathi_lab.run -m experiment=orca_compare hydra.sweep.dir=/x/multiruns/gpu model=llama-13b "
+         "device=cuda dtype=bfloat16 logger=none on_existing=skip seq_len=256 batch_size=4 chunk=64 "
+         "pd_ratio=15 workload.num_requests=8")
+
+
+def test_the_floor_device_reaches_every_peak_with_no_tile_floor_or_host_time():
+    floor = at_floors(load_device("h200"))
+    assert (floor.peak_flops, floor.memory_bandwidth) == (989e12, 4800e9)
+    assert (floor.tile_tokens, floor.attention_tile, floor.kv_reread) == (1, 1, False)
+    assert floor.gemm_flops_efficiency == floor.attention_bandwidth_efficiency == 1.0
+    assert floor.kernel_floor_s == floor.host_overhead_s == floor.prepare_s(4096) == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(device=st.sampled_from(["a6000", "h100", "h200"]),
+       prefills=st.lists(st.tuples(st.integers(1, 1024), st.integers(0, 3072)).map(
+           lambda cp: (cp[0], cp[0] + cp[1])), max_size=2),
+       decodes=st.lists(st.integers(1, 4096), max_size=24))
+def test_no_iteration_costs_less_than_its_floor(device, prefills, decodes):
+    if not (prefills or decodes):
+        return
+    floor = CostModel.for_device(device, "llama-13b", "floor").iteration_cost(prefills, decodes)
+    roof = CostModel.for_device(device, "llama-13b", "roofline").iteration_cost(prefills, decodes)
+    assert floor.forward_s <= roof.forward_s * (1 + 1e-9)
+    assert floor.prepare_s == 0.0
+
+
+def test_the_floor_has_no_tile_step_where_the_roofline_has_one():
+    def step(model: str) -> float:
+        cm = CostModel.for_device("h200", "llama-13b", model)
+        return cm.iteration_cost([(257, 257)]).forward_s / cm.iteration_cost([(256, 256)]).forward_s
+    assert step("floor") == pytest.approx(257 / 256, rel=0.01)
+    assert step("roofline") > 1.2
+
+
+def _lease(tmp_path: Path, notes: list[str], holds: str = "no") -> Path:
+    folder = synthetic_lease(tmp_path / "h200" / "2026-12-01_abc1234")
+    (folder / "lease.json").write_bytes((KEPT / "lease.json").read_bytes())
+    _write_csv(folder / "claims.csv", [{"experiment": "orca_compare", "claim": CLAIM,
+                                        "ours": "length 256: SARATHI 0.90x", "holds": holds}])
+    step = folder / "steps" / "paper.orca_compare"
+    step.mkdir(parents=True)
+    kept = json.loads((KEPT / "steps" / "paper.orca_compare" / "result.json").read_text())
+    (step / "result.json").write_text(json.dumps(kept | {"notes": notes}))
+    return folder
+
+
+def test_the_lease_s_sweep_is_its_command_less_its_machine_and_folders(tmp_path):
+    folder = _lease(tmp_path, [SWEEP])
+    kept = floor_claims.sweep_overrides(folder, "orca_compare")
+    assert kept[0] == "experiment=orca_compare" and "seq_len=256" in kept
+    assert not [w for w in kept if w.split("=")[0] in ("hydra.sweep.dir", "device", "logger", "on_existing")]
+    # A sweep that names no alignment ran fixed chunks; one that names it keeps its own.
+    assert kept[-1] == "++scheduler.chunk_align=none"
+    folder = _lease(tmp_path / "b", [SWEEP + " ++scheduler.chunk_align=none,tile"])
+    assert floor_claims.sweep_overrides(folder, "orca_compare")[-1] == "++scheduler.chunk_align=none,tile"
+    folder = _lease(tmp_path / "c", [])
+    assert floor_claims.sweep_overrides(folder, "orca_compare") is None
+
+
+@pytest.mark.e2e
+def test_floor_claims_rerun_the_lease_s_sweep_beside_it_and_attribute_reads_them(tmp_path, capsys):
+    folder = _lease(tmp_path, [SWEEP])
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert floor_claims.main([str(folder)]) == 0
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    with open(tmp_path / "h200" / "2026-12-01_abc1234.floor_claims.csv", newline="") as f:
+        (row,) = [r for r in csv.DictReader(f) if r.get("experiment") == "orca_compare"]
+    assert row["floors"].startswith("length 256: SARATHI ") and row["cost_model"] == "floor"
+    assert "wrote" in capsys.readouterr().out
+    claim = next(r for r in attribute.rows(folder)[0] if r.get("experiment") == "orca_compare")
+    assert claim["why"].startswith("at the H200's floors (the lease's sweep on the simulator's")
+
+
+@pytest.mark.parametrize("holds, says", [("yes", "so our shortfall is our engine's"),
+                                         ("no", "is 'no' at the floors too, so the device explains it")])
+def test_a_schedule_claim_is_the_engine_s_where_the_floors_allow_it(tmp_path, holds, says):
+    folder = _lease(tmp_path, [SWEEP])
+    _write_csv(folder.parent / f"{folder.name}.floor_claims.csv",
+               [{"experiment": "orca_compare", "claim": CLAIM, "floors": "SARATHI 1.23x",
+                 "holds": holds, "sim_device": "h200", "cost_model": "floor", "overrides": ""}])
+    claim = next(r for r in attribute.rows(folder)[0] if r.get("experiment") == "orca_compare")
+    assert "SARATHI 1.23x" in claim["why"] and says in claim["why"]
+
+
+def test_a_claim_without_floor_claims_says_how_to_make_them(tmp_path):
+    claim = next(r for r in attribute.rows(_lease(tmp_path, [SWEEP]))[0]
+                 if r.get("experiment") == "orca_compare")
+    assert claim["why"] == claim_attribution.NO_FLOORS
+
+
+def test_a_tile_step_is_the_device_s_kernels_never_a_floor(tmp_path):
+    folder = _lease(tmp_path, [SWEEP])
+    _write_csv(folder / "claims.csv", [{"experiment": "tile_quantization", "claim": "tile", "holds": "no",
+                                        "ours": "+7.1% on average"}])
+    claim = next(r for r in attribute.rows(folder)[0] if r["kind"] == "claim")
+    assert claim["why"].startswith("a tile step is a kernel's, never a floor's")
+    assert "the H200's kernels'" in claim["why"]
