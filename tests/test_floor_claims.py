@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 
 from sarathi_lab.analysis import attribute, claim_attribution
 from sarathi_lab.measure.sim_check import floor_claims
+from sarathi_lab.model import load_config
+from sarathi_lab.model.floors import sequential_floor
+from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, load_device
 from sarathi_lab.sim.roofline import at_floors
 from tests.test_attribution import _write_csv, synthetic_lease
@@ -43,6 +46,28 @@ def test_no_iteration_costs_less_than_its_floor(device, prefills, decodes):
     roof = CostModel.for_device(device, "llama-13b", "roofline").iteration_cost(prefills, decodes)
     assert floor.forward_s <= roof.forward_s * (1 + 1e-9)
     assert floor.prepare_s == 0.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(prefills=st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 3072)).map(
+           lambda cp: (cp[0], cp[0] + cp[1])), max_size=2),
+       decodes=st.lists(st.integers(1, 4096), max_size=24))
+def test_the_simulator_s_floor_is_the_engine_s_sequential_floor_with_elementwise_bytes(prefills, decodes):
+    # Two counts of one floor (the simulator's roofline, model/shape.py's kernel costs): the GEMMs
+    # agree exactly, the whole within what the two count differently (residual adds, causal pairs).
+    if not (prefills or decodes):
+        return
+    device, shape = load_device("h100"), Shape.of(load_config("llama-13b"))
+    queries = [c for c, _ in prefills] + [1] * len(decodes)
+    contexts = [x for _, x in prefills] + decodes
+    gbps, gflops = device.memory_bandwidth / 1e9, device.peak_flops / 1e9
+    engine = sequential_floor(shape, queries, contexts, len(queries), 2, gbps, gflops)
+    passes = shape.elementwise_bytes_per_token(2)
+    elementwise = (passes["norms"] + passes["activation"]) * sum(queries) * shape.layers / (gbps * 1e9)
+    sim = CostModel.for_device("h100", "llama-13b", "floor").iteration_cost(prefills, decodes)
+    for gemm in shape.gemms:
+        assert sim.ops[gemm] == pytest.approx(engine.kernels[gemm].seconds, rel=1e-9)
+    assert sim.forward_s == pytest.approx(engine.seconds + elementwise, rel=0.03)
 
 
 def test_the_floor_has_no_tile_step_where_the_roofline_has_one():
