@@ -54,7 +54,9 @@ def test_no_iteration_costs_less_than_its_floor(device, prefills, decodes):
        decodes=st.lists(st.integers(1, 4096), max_size=24))
 def test_the_simulator_s_floor_is_the_engine_s_sequential_floor_with_elementwise_bytes(prefills, decodes):
     # Two counts of one floor (the simulator's roofline, model/shape.py's kernel costs): the GEMMs
-    # agree exactly, the whole within what the two count differently (residual adds, causal pairs).
+    # agree exactly; with one kind of attention the whole within 1% (the LM head's count); a hybrid
+    # batch's prefill and decode attention are two kernels in the simulator, one in the engine's
+    # floor, so there the simulator's is the higher.
     if not (prefills or decodes):
         return
     device, shape = load_device("h100"), Shape.of(load_config("llama-13b"))
@@ -62,12 +64,16 @@ def test_the_simulator_s_floor_is_the_engine_s_sequential_floor_with_elementwise
     contexts = [x for _, x in prefills] + decodes
     gbps, gflops = device.memory_bandwidth / 1e9, device.peak_flops / 1e9
     engine = sequential_floor(shape, queries, contexts, len(queries), 2, gbps, gflops)
-    passes = shape.elementwise_bytes_per_token(2)
-    elementwise = (passes["norms"] + passes["activation"]) * sum(queries) * shape.layers / (gbps * 1e9)
+    # The elementwise passes but the KV write, which the sequential floor holds as a kernel.
+    per_token = sum(shape.elementwise_bytes_per_token(2).values()) * shape.layers - shape.kv_bytes_per_token(2)
+    expected = engine.seconds + per_token * sum(queries) / (gbps * 1e9)
     sim = CostModel.for_device("h100", "llama-13b", "floor").iteration_cost(prefills, decodes)
     for gemm in shape.gemms:
         assert sim.ops[gemm] == pytest.approx(engine.kernels[gemm].seconds, rel=1e-9)
-    assert sim.forward_s == pytest.approx(engine.seconds + elementwise, rel=0.03)
+    if prefills and decodes:
+        assert sim.forward_s >= expected * 0.99
+    else:
+        assert sim.forward_s == pytest.approx(expected, rel=0.01)
 
 
 def test_the_floor_has_no_tile_step_where_the_roofline_has_one():
@@ -101,6 +107,19 @@ def test_the_lease_s_sweep_is_its_command_less_its_machine_and_folders(tmp_path)
     assert floor_claims.sweep_overrides(folder, "orca_compare")[-1] == "++scheduler.chunk_align=none,tile"
     folder = _lease(tmp_path / "c", [])
     assert floor_claims.sweep_overrides(folder, "orca_compare") is None
+
+
+def test_a_lease_s_command_cannot_point_the_rerun_elsewhere(tmp_path):
+    hostile = SWEEP + (" hydra.run.dir=/tmp/x +hydra.sweep.subdir=../../x --config-dir=/x"
+                       " hydra.searchpath=[file:///x] ~hydra.job.chdir hydra.sweeper.params=null")
+    kept = floor_claims.sweep_overrides(_lease(tmp_path, [hostile]), "orca_compare")
+    assert [w for w in kept if "hydra" in w or w.startswith("-")] == ["hydra.sweeper.params=null"]
+    with pytest.raises(ValueError, match=r"result.json is invalid: its command is no command line"):
+        floor_claims.sweep_overrides(_lease(tmp_path / "q", [SWEEP + " seed='0"]), "orca_compare")
+    folder = _lease(tmp_path / "e", [SWEEP])
+    _write_csv(folder / "claims.csv", [{"experiment": "../../etc", "claim": "x", "holds": "no"}])
+    with pytest.raises(ValueError, match=r"claims.csv is invalid: experiment='../../etc' is no paper result"):
+        floor_claims.short_claims(folder)
 
 
 @pytest.mark.e2e

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from sarathi_lab import cli_args, provenance
-from sarathi_lab.analysis import gpu_records
+from sarathi_lab.analysis import gpu_records, registry
 from sarathi_lab.analysis.claims import claims_table
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import REPO_ROOT
@@ -25,7 +25,10 @@ from sarathi_lab.config import REPO_ROOT
 COST_MODEL = "floor"
 COLUMNS = ("experiment", "claim", "floors", "holds", "sim_device", "cost_model", "overrides")
 # What a lease's command set for its own machine and folders; the simulator's run sets its own.
-DROPPED = ("hydra.sweep.dir", "device", "on_existing", "logger")
+# Of Hydra's keys only the one that drops the experiment's own axes is the sweep's: any other
+# (a run or sweep folder, a search path) would write or read where the lease's command says.
+DROPPED = ("device", "on_existing", "logger")
+SWEEP_AXES_ONLY = "hydra.sweeper.params=null"
 ALIGN = "scheduler.chunk_align"
 
 
@@ -36,8 +39,12 @@ def short_claims(folder: Path) -> list[str]:
             rows = list(csv.DictReader(f))
     except OSError as e:
         raise ValueError(f"{folder / gpu_records.CLAIMS} is unreadable: {e.strerror}") from None
-    return list(dict.fromkeys(r["experiment"] for r in rows
-                              if r.get("holds", "").strip() != "yes" and r.get("experiment")))
+    found = list(dict.fromkeys(r["experiment"] for r in rows
+                               if r.get("holds", "").strip() != "yes" and r.get("experiment")))
+    if unknown := [e for e in found if e not in registry.names()]:
+        raise ValueError(f"{folder / gpu_records.CLAIMS} is invalid: experiment={unknown[0]!r} "
+                         f"is no paper result; allowed: {', '.join(registry.names())}")
+    return found
 
 
 def sweep_overrides(folder: Path, experiment: str) -> list[str] | None:
@@ -45,14 +52,23 @@ def sweep_overrides(folder: Path, experiment: str) -> list[str] | None:
     where the step kept no command (a sweep cut by its call's end)."""
     path = folder / "steps" / f"paper.{experiment}" / "result.json"
     notes = gpu_records.read(path, gpu_records.step_result).notes if path.is_file() else []
-    words = next((shlex.split(n) for n in notes if n.startswith("sarathi_lab.run -m ")), None)
-    if words is None:
+    command = next((n for n in notes if n.startswith("sarathi_lab.run -m ")), None)
+    if command is None:
         return None
-    kept = [w for w in words[2:] if w.split("=", 1)[0].lstrip("+") not in DROPPED]
+    try:
+        words = shlex.split(command)[2:]
+    except ValueError as e:
+        raise ValueError(f"{path} is invalid: its command is no command line ({e})") from None
+    kept = [w for w in words if not w.startswith("-") and _key(w) not in DROPPED
+            and (not _key(w).startswith("hydra.") or w == SWEEP_AXES_ONLY)]
     # A sweep that names no alignment ran the fixed chunk: it predates the tile-aligned default.
-    if not any(w.split("=", 1)[0].lstrip("+") == ALIGN for w in kept):
+    if not any(_key(w) == ALIGN for w in kept):
         kept.append(f"++{ALIGN}=none")
     return kept
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def simulate(overrides: list[str], device: str, root: Path, experiment: str) -> int:
