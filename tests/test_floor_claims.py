@@ -160,8 +160,3 @@ def test_a_tile_step_is_the_device_s_kernels_never_a_floor(tmp_path):
     claim = next(r for r in attribute.rows(folder)[0] if r["kind"] == "claim")
     assert claim["why"].startswith("a tile step is a kernel's, never a floor's")
     assert "the H200's kernels'" in claim["why"]
-    # An engine that replays prefills from 128-token buckets steps at m + 1 by its own padding.
-    record = json.loads((folder / "lease.json").read_text()) | {"engine": "decode and mixed CUDA graphs"}
-    (folder / "lease.json").write_text(json.dumps(record))
-    claim = next(r for r in attribute.rows(folder)[0] if r["kind"] == "claim")
-    assert claim["why"].endswith("so its step is our bucket's padding")

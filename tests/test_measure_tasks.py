@@ -197,3 +197,23 @@ def test_the_op_split_adds_up_to_the_bare_forward_whatever_the_hooks_cost(llm, m
     assert ops["total"] == pytest.approx(cost(16, layers) + 1e-4)
     assert sum(ops[op] for op in OPS) == pytest.approx(ops["total"])
     assert all(ops[op] > 0 for op in OPS)
+
+
+def test_the_tile_sweep_times_a_graph_of_the_exact_batch_not_the_engine_s_bucket(llm, monkeypatch):
+    # On CUDA the engine would replay the graph of the next 128-token bucket, whose padding, not the
+    # device's tile, would make the step: each count is captured as its own graph instead.
+    import torch
+
+    from sarathi_lab.measure.profiling import batches, ops
+    from sarathi_lab.model import cuda_graphs
+
+    events = []
+    monkeypatch.setattr(cuda_graphs, "capture_cuda_graph",
+                        lambda forward: ((lambda: events.append("replay")), forward(), None))
+    cuda_runner = types.SimpleNamespace(device=torch.device("cuda"),
+                                        forward=lambda prepared: events.append(prepared) or "out")
+    call = ops.replayable(cuda_runner, "this batch")
+    assert (call(), events) == ("out", ["this batch", "replay"])
+    monkeypatch.setattr(llm.engine.executor, "forward", lambda _: pytest.fail("the bucket's path ran"))
+    with batches.SyntheticBatches(llm, seed=0).made(prefills=[(17, 0)]) as batch:
+        ops.forward_timer(llm, batch, exact=True)()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import re
 
-from sarathi_lab.harness.environment import MIXED_GRAPHS
 from sarathi_lab.model.floors import floor
 
 # What a lease's claims.csv says of a claim, read back to attribute it.
@@ -118,18 +117,15 @@ def at_floors(row: dict, lease, t) -> dict:
 
 
 def tile_quantization(row: dict, lease, t) -> dict:
-    """A tile step is a kernel's choice, never a floor's: ours is this device's kernels' own, or,
-    where the engine replays prefills from graphs, its bucket's padding."""
+    """A tile step is a kernel's choice, never a floor's: the task times each token count's own
+    forward (a graph of exactly that batch where the engine replays graphs), so ours is this
+    device's kernels'."""
     floors, said = _at_floors(lease, row)
-    why = "a tile step is a kernel's, never a floor's" + (f" ({said})" if floors else "")
-    if lease.engine == MIXED_GRAPHS:
-        return _claim_row(row, "", "the graph bucket's padding",
-                          f"{why}: this engine replays a prefill of m + 1 tokens from the graph of "
-                          "the next multiple of 128 above m, so its step is our bucket's padding")
     return _claim_row(row, "the device's kernels", "not separable from the lease's files",
-                      f"{why}: the engine runs a prefill at its exact tokens, so our steps are the "
-                      f"{lease.device.upper()}'s kernels' (cuBLAS's GEMMs, our attention's query "
-                      "tiles), not the A6000's of the paper")
+                      "a tile step is a kernel's, never a floor's"
+                      + (f" ({said})" if floors else "") + ": each token count runs at its "
+                      f"exact tokens, so our steps are the {lease.device.upper()}'s kernels' "
+                      "(cuBLAS's GEMMs, our attention's query tiles), not the A6000's of the paper")
 
 
 # Each kernel at the data-sheet peaks, no tiles or host time (docs/gpu/README.md).

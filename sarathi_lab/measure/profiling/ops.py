@@ -11,24 +11,43 @@ from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.sim.profiles import OPS
 
 
-def forward_timer(llm, batch: ScheduledBatch, eager: bool = False):
-    """After one untimed forward; with ``eager``, the model's own forward, which runs every hook."""
+def replayable(runner, prepared):
+    """The forward of ``prepared`` as one call: the replay of its own CUDA graph on CUDA."""
+    if runner.device.type != "cuda":
+        return lambda: runner.forward(prepared)
+    from sarathi_lab.model.cuda_graphs import capture_cuda_graph
+
+    replay, out, _ = capture_cuda_graph(lambda: runner.forward(prepared))
+
+    def call():
+        replay()
+        return out
+    return call
+
+
+def forward_timer(llm, batch: ScheduledBatch, eager: bool = False, exact: bool = False):
+    """After one untimed forward; with ``eager``, the model's own forward, which runs every hook;
+    with ``exact``, a graph of this very batch where the engine would replay its bucket's."""
     executor, clock = llm.engine.executor, llm.engine.clock
     prepared = executor.runner.prepare(batch)
-    run = executor.runner.forward if eager else executor.forward
+    if exact:
+        call = replayable(executor.runner, prepared)
+    else:
+        run = executor.runner.forward if eager else executor.forward
+        call = lambda: run(prepared)
 
     def forward() -> float:
         start = clock.now()
-        run(prepared)
+        call()
         return clock.now() - start
 
     forward()
     return forward
 
 
-def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
+def time_by_op(llm, batch: ScheduledBatch, reps: int, exact: bool = False) -> dict[str, float]:
     refuse_cut(llm, batch)
-    forward = forward_timer(llm, batch)
+    forward = forward_timer(llm, batch, exact=exact)
     totals = [forward() for _ in range(reps)]
     eager = forward_timer(llm, batch, eager=True)
     clock, seconds, handles = llm.engine.clock, defaultdict(float), []

@@ -13,6 +13,7 @@ import torch
 
 from sarathi_lab.engine.timer import interleaved
 from sarathi_lab.measure.profiling.batches import SyntheticBatches
+from sarathi_lab.measure.profiling.ops import replayable
 from sarathi_lab.model.nano_batch import NO_OVERLAP, OverlapRule
 
 OVERLAP = OverlapRule("nano_batch")
@@ -33,7 +34,7 @@ def measure_overlap(llm, chunk: int, decodes: int, context: int,
             nano = runner.prepare(batch)
         finally:
             runner.overlap = kept
-        calls = {"whole": _replayable(runner, whole), "overlap": _replayable(runner, nano)}
+        calls = {"whole": replayable(runner, whole), "overlap": replayable(runner, nano)}
         outs = {name: call().float().clone() for name, call in calls.items()}
         times = interleaved(calls, reps, clock)
         timeline = []
@@ -48,20 +49,6 @@ def measure_overlap(llm, chunk: int, decodes: int, context: int,
            "rel_diff": float((a - b).abs().max() / a.abs().max().clamp_min(1e-30)),
            "tokens_equal": bool(torch.equal(a.argmax(-1), b.argmax(-1)))}
     return row, timeline
-
-
-def _replayable(runner, prepared):
-    """The forward of ``prepared`` as one call: the replay of its own CUDA graph on CUDA."""
-    if runner.device.type != "cuda":
-        return lambda: runner.forward(prepared)
-    from sarathi_lab.model.cuda_graphs import capture_cuda_graph
-
-    replay, out, _ = capture_cuda_graph(lambda: runner.forward(prepared))
-
-    def call():
-        replay()
-        return out
-    return call
 
 
 def _timeline(call) -> list[dict]:

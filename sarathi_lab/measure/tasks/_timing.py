@@ -23,10 +23,13 @@ def predicted_ops(model, batch: ScheduledBatch) -> dict[str, float]:
     return split | {"others": cost.forward_s - sum(split.values()), "total": cost.forward_s}
 
 
-def time_by_op(llm, batch: ScheduledBatch, reps: int) -> dict[str, float]:
-    """``total`` and by op: measured (median of reps) or predicted."""
+def time_by_op(llm, batch: ScheduledBatch, reps: int, exact: bool = False) -> dict[str, float]:
+    """``total`` and by op: measured (median of reps; ``exact``: ops.forward_timer's) or
+    predicted."""
     model = llm.plan.cost_model
-    return measured.time_by_op(llm, batch, reps) if model is None else predicted_ops(model, batch)
+    if model is None:
+        return measured.time_by_op(llm, batch, reps, exact)
+    return predicted_ops(model, batch)
 
 
 def forward_timer(llm, batch: ScheduledBatch):
