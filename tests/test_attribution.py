@@ -120,7 +120,7 @@ def test_the_decode_gain_is_set_beside_the_device_s_floors(tmp_path, ours, says)
                                         "ours": f"tile-aligned: {ours} over batch sizes 2, 18 and lengths 1024"}])
     claim = next(r for r in attribute.rows(folder)[0] if r["kind"] == "claim")
     # At the floors a decode costs its KV read beside a memory-bound chunk: B=2 gains most, B=18 least.
-    assert claim["why"].startswith("the H100's floors allow ") and "(B=18, length 1024) to " in claim["why"]
+    assert claim["why"].startswith("the H100's physical floors allow ") and "(B=18, length 1024) to " in claim["why"]
     assert says in claim["why"]
 
 

@@ -133,7 +133,7 @@ def test_floor_claims_rerun_the_lease_s_sweep_beside_it_and_attribute_reads_them
     assert row["floors"].startswith("length 256: SARATHI ") and row["cost_model"] == "floor"
     assert "wrote" in capsys.readouterr().out
     claim = next(r for r in attribute.rows(folder)[0] if r.get("experiment") == "orca_compare")
-    assert claim["why"].startswith("at the H200's floors (the lease's sweep on the simulator's")
+    assert claim["why"].startswith("at the H200's sequential floors (the lease's sweep on the simulator's")
 
 
 @pytest.mark.parametrize("holds, says", [("yes", "so our shortfall is our engine's"),

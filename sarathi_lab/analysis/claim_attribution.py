@@ -81,8 +81,8 @@ def decode_speedup(row: dict, lease, t) -> dict:
     (b_lo, n_lo), (b_hi, n_hi) = min(gains, key=gains.get), max(gains, key=gains.get)
     low, high, top = gains[(b_lo, n_lo)], gains[(b_hi, n_hi)], float(ours[2])
     device = lease.device.upper()
-    why = (f"the {device}'s floors allow {low:.1f}x (B={b_lo}, length {n_lo}) to {high:.1f}x "
-           f"(B={b_hi}, length {n_hi}); ours {float(ours[1]):.1f}x-{top:.1f}x")
+    why = (f"the {device}'s physical floors allow {low:.1f}x (B={b_lo}, length {n_lo}) to "
+           f"{high:.1f}x (B={b_hi}, length {n_hi}); ours {float(ours[1]):.1f}x-{top:.1f}x")
     if top > high:
         why += ": ours' top lies above the floors' (a ratio over a difference within the noise)"
     elif paper and top < float(paper[2]) <= high:
@@ -92,13 +92,15 @@ def decode_speedup(row: dict, lease, t) -> dict:
         why += f": the device caps the gain below the paper's {paper[2]}x"
     if paper and low < float(paper[1]):
         why += f"; at B={b_lo}, length {n_lo} the floor itself is below the paper's {paper[1]}x"
+    # Beside them, what an engine running one kernel after another can reach.
+    why += f"; {said}" if (said := _at_floors(lease, row)[1]) else ""
     return _claim_row(row, f"{low:.2f}-{high:.2f}", f"ours' top {top / high:.2f} of the floors'",
                       why)
 
 
 def _at_floors(lease, row: dict) -> tuple[dict | None, str]:
     floors = lease.floors.get((row.get("experiment", ""), row.get("claim", "")))
-    said = floors and (f"at the {lease.device.upper()}'s floors ({FLOORS}): "
+    said = floors and (f"at the {lease.device.upper()}'s sequential floors ({FLOORS}): "
                        f"{floors['floors']}")
     return floors, said or ""
 
