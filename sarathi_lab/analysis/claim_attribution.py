@@ -13,6 +13,10 @@ PREFILL = re.compile(r"chunk (\d+): ([0-9.]+)x prefill")
 LENGTH = re.compile(r"at length (\d+)")
 RANGE = re.compile(r"([0-9.]+)x-([0-9.]+)x")
 SWEEP = re.compile(r"batch sizes ([0-9, ]+?) and lengths ([0-9, ]+)")
+# Each kernel at the data-sheet peaks, no tiles or host time (docs/gpu/README.md).
+FLOORS = "the lease's sweep on the simulator's `floor` cost model"
+NO_FLOORS = ("not attributed (no floor claims beside the lease: python -m "
+             "sarathi_lab.measure.sim_check.floor_claims <lease>)")
 
 
 def _claims(lease) -> list[dict]:
@@ -130,10 +134,6 @@ def tile_quantization(row: dict, lease, t) -> dict:
                       "(cuBLAS's GEMMs, our attention's query tiles), not the A6000's of the paper")
 
 
-# Each kernel at the data-sheet peaks, no tiles or host time (docs/gpu/README.md).
-FLOORS = "the lease's sweep on the simulator's `floor` cost model"
-NO_FLOORS = ("not attributed (no floor claims beside the lease: python -m "
-             "sarathi_lab.measure.sim_check.floor_claims <lease>)")
 ATTRIBUTORS = {"chunk_overhead": chunk_overhead, "decode_speedup": decode_speedup,
                "tile_quantization": tile_quantization}
 
