@@ -210,10 +210,14 @@ def test_the_tile_sweep_times_a_graph_of_the_exact_batch_not_the_engine_s_bucket
     events = []
     monkeypatch.setattr(cuda_graphs, "capture_cuda_graph",
                         lambda forward: ((lambda: events.append("replay")), forward(), None))
-    cuda_runner = types.SimpleNamespace(device=torch.device("cuda"),
+    backend = types.SimpleNamespace(replayable=True)
+    cuda_runner = types.SimpleNamespace(device=torch.device("cuda"), model=types.SimpleNamespace(backend=backend),
                                         forward=lambda prepared: events.append(prepared) or "out")
     call = ops.replayable(cuda_runner, "this batch")
     assert (call(), events) == ("out", ["this batch", "replay"])
+    # A backend that plans each batch on the host cannot be captured: the eager forward, uncaptured.
+    backend.replayable, events[:] = False, []
+    assert (ops.replayable(cuda_runner, "this batch")(), events) == ("out", ["this batch"])
     monkeypatch.setattr(llm.engine.executor, "forward", lambda _: pytest.fail("the bucket's path ran"))
     with batches.SyntheticBatches(llm, seed=0).made(prefills=[(17, 0)]) as batch:
         ops.forward_timer(llm, batch, exact=True)()

@@ -12,10 +12,13 @@ from sarathi_lab.sim.profiles import OPS
 
 
 def replayable(runner, prepared):
-    """The forward of ``prepared`` as one call: the replay of its own CUDA graph on CUDA."""
-    if runner.device.type != "cuda":
+    """The forward of ``prepared`` as one call: the replay of its own CUDA graph where the backend
+    can be replayed on CUDA, else the eager forward."""
+    from sarathi_lab.model import cuda_graphs
+
+    if not cuda_graphs.can_replay(runner.model.backend, runner.device):
         return lambda: runner.forward(prepared)
-    from sarathi_lab.model.cuda_graphs import capture_cuda_graph
+    capture_cuda_graph = cuda_graphs.capture_cuda_graph
 
     replay, out, _ = capture_cuda_graph(lambda: runner.forward(prepared))
 
