@@ -1,6 +1,6 @@
 """A lease's claims at its device's floors: each paper step's own sweep (the command its
-result.json kept) rerun on the simulator's roofline at the lease's device, judged by the paper
-result's own claims:
+result.json kept) rerun on the simulator's floor cost model at the lease's device, judged by the
+paper result's own claims:
 
     python -m sarathi_lab.measure.sim_check.floor_claims docs/gpu/h200/2026-11-27_9e2ae41
 
