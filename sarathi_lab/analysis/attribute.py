@@ -25,7 +25,6 @@ from sarathi_lab.model import load_config
 from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.model.shape import Shape
 
-SUFFIXES = (".csv", ".md")
 PARTS = ("overlap_gap_ms", "gemm_efficiency_ms", "attention_kernels_ms", "attention_over_peer_ms",
          "elementwise_ms", "padding_ms", "host_ms", "unattributed_ms")
 COLUMNS = ("kind", "name", "tokens", "graph_tokens", "engine_ms", "floor_ms", "sequential_floor_ms",
@@ -79,7 +78,7 @@ def load(folder: Path) -> Lease:
 
 def _floor_claims(folder: Path) -> dict[tuple[str, str], dict]:
     try:
-        with open(gpu_records.floor_claims(folder), newline="") as f:
+        with open(gpu_records.beside(folder, gpu_records.FLOOR_CLAIMS), newline="") as f:
             return {(r["experiment"], r["claim"]): r for r in csv.DictReader(f)}
     except (OSError, KeyError, csv.Error):
         return {}
@@ -262,7 +261,8 @@ def planned(folder: Path) -> dict[Path, provenance.Provenance]:
     """Derived from the lease's measurements, not measured: beside its folder, never in it."""
     derived = provenance.Provenance("computed from measured GPU", lease=Path(folder).name,
                                     writer="python -m sarathi_lab.analysis.attribute")
-    return {gpu_records.attribution(Path(folder), s): derived for s in SUFFIXES}
+    names = (gpu_records.ATTRIBUTION_TABLE, gpu_records.ATTRIBUTION_PAGE)
+    return {gpu_records.beside(Path(folder), name): derived for name in names}
 
 
 def write(folder: Path, found: list[dict], t: Tables, lease: Lease) -> list[Path]:

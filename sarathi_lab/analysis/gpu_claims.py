@@ -79,7 +79,7 @@ def judged(gpu_docs: Path) -> list[Judged]:
 def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
     """(experiment, claim) -> why from the lease's attribution table; None without one."""
     try:
-        with open(gpu_records.attribution(folder, ".csv"), newline="") as f:
+        with open(gpu_records.beside(folder, gpu_records.ATTRIBUTION_TABLE), newline="") as f:
             return {(r.get("experiment", ""), r.get("claim", "")): r.get("why", "")
                     for r in csv.DictReader(f) if r.get("kind") == "claim"}
     except (OSError, ValueError, csv.Error):

@@ -17,8 +17,10 @@ from typing import Any
 
 # The suite's files in its out directory, archive and kept lease folders.
 SUMMARY, LEASE_FILE, CLAIMS = "summary.json", "lease.json", "claims.csv"
-# What is derived from a lease, not collected, sits beside its folder, which stays as collected.
-ATTRIBUTION = ".attribution"
+# What is derived from a lease, not collected, sits beside its folder, which stays as collected:
+# <device>/<lease>.<name>: the attribution's table and page, the lease's sweeps at the floors.
+ATTRIBUTION_TABLE, ATTRIBUTION_PAGE = "attribution.csv", "attribution.md"
+FLOOR_CLAIMS = "floor_claims.csv"
 # Any file of the suite, from an archive or disk.
 MAX_FILE_BYTES = 16 << 20
 # One part of a name the suite writes: what every filesystem takes.
@@ -34,14 +36,8 @@ STATUSES = ("done", "failed", "incomplete", "unavailable")
 CLOCK_SKEW_S = 3600.0
 
 
-def attribution(folder: Path, suffix: str) -> Path:
-    """<device>/<lease>.attribution.csv or .md, beside <device>/<lease>/."""
-    return folder.parent / f"{folder.name}{ATTRIBUTION}{suffix}"
-
-
-def floor_claims(folder: Path) -> Path:
-    """<device>/<lease>.floor_claims.csv: the lease's sweeps on the simulator's roofline."""
-    return folder.parent / f"{folder.name}.floor_claims.csv"
+def beside(folder: Path, name: str) -> Path:
+    return folder.parent / f"{folder.name}.{name}"
 
 
 class RecordError(ValueError):
