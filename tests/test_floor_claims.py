@@ -16,7 +16,7 @@ from sarathi_lab.model import load_config
 from sarathi_lab.model.floors import sequential_floor
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import CostModel, load_device
-from sarathi_lab.sim.roofline import at_floors
+from sarathi_lab.sim.device import at_floors
 from tests.test_attribution import _write_csv, synthetic_lease
 
 KEPT = Path(__file__).resolve().parents[1] / "docs" / "gpu" / "h200" / "2026-11-27_9e2ae41"

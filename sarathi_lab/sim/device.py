@@ -28,6 +28,12 @@ CEILINGS_ENV = "SARATHI_CPU_CEILINGS"
 
 # A tile of 0.5 tokens would pad nothing and read a chunk's context twice per token.
 INTEGER_FIELDS = ("memory_bytes", "tile_tokens", "attention_tile")
+# Kernels at a device's peaks: efficiencies 1, no tiles, no launch floor or host time, a chunk's
+# keys and values read once (as the CPU kernel does, and as no GPU kernel beats).
+AT_PEAKS = {"tile_tokens": 1, "attention_tile": 1, "gemm_flops_efficiency": 1.0,
+            "attention_flops_efficiency": 1.0, "bandwidth_efficiency": 1.0,
+            "attention_bandwidth_efficiency": 1.0, "kernel_floor_s": 0.0, "host_overhead_s": 0.0,
+            "host_per_token_s": 0.0, "kv_reread": False}
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,7 @@ def read_cpu_ceilings(path: Path) -> dict:
 
 
 def cpu_device(dtype: str = "bfloat16") -> Device:
-    """Efficiencies 1, no tiles; a chunk's keys and values read once, as the CPU kernel does."""
+    """This CPU's measured ceilings, its kernels at them (AT_PEAKS)."""
     path, key = cpu_ceilings_path(), cpu_ceilings_key(dtype)
     try:
         entry = read_cpu_ceilings(path).get(key)
@@ -175,9 +181,10 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
                           f"measure them with {MEASURE_COMMAND} --dtype {dtype}")
     return Device(name="cpu", peak_flops=entry["matmul_gflops"] * 1e9,
                   memory_bandwidth=entry["copy_gbps"] * 1e9, memory_bytes=host_memory.total(),
-                  tile_tokens=1, attention_tile=1, gemm_flops_efficiency=1.0,
-                  attention_flops_efficiency=1.0, bandwidth_efficiency=1.0,
-                  attention_bandwidth_efficiency=1.0, kernel_floor_s=0.0, host_overhead_s=0.0,
-                  host_per_token_s=0.0, kv_reread=False,
                   sources=((f"measured on {key} with {entry.get('threads', '?')} threads at "
-                            f"{entry.get('measured_at', '?')}, read from {path}"),))
+                            f"{entry.get('measured_at', '?')}, read from {path}"),), **AT_PEAKS)
+
+
+def at_floors(device: Device) -> Device:
+    """The device with every kernel at its peaks: the floor cost model's."""
+    return dataclasses.replace(device, calibration=None, **AT_PEAKS)

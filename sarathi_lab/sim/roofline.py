@@ -3,7 +3,6 @@ at the share of peak real kernels reach, never under a kernel's floor (shares fi
 kernels when calibrated: docs/sim/README.md, section 8)."""
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from sarathi_lab.config import SETTING, ConfigError
@@ -16,7 +15,7 @@ from sarathi_lab.sim.cost_model import (
     batch_tokens,
     register_cost_model,
 )
-from sarathi_lab.sim.device import Device, load_device
+from sarathi_lab.sim.device import Device, at_floors, load_device
 
 if TYPE_CHECKING:
     from sarathi_lab.model.spec import ModelConfig
@@ -178,15 +177,6 @@ class CalibratedRooflineCostModel(RooflineCostModel):
         return (c.decode_launch_s + c.decode_per_request_s * len(contexts)
                 + sum(contexts) * self.kv_bytes_per_token / (self.device.memory_bandwidth
                                                              * c.decode_bandwidth_efficiency))
-
-
-def at_floors(device: Device) -> Device:
-    """Every kernel at the device's peaks: no tiles, no launch floor, no host time, keys and values
-    read once a chunk."""
-    ones = {f.name: 1.0 for f in dataclasses.fields(Device) if f.name.endswith("_efficiency")}
-    return dataclasses.replace(device, tile_tokens=1, attention_tile=1, kernel_floor_s=0.0,
-                               host_overhead_s=0.0, host_per_token_s=0.0, kv_reread=False,
-                               calibration=None, **ones)
 
 
 @register_cost_model("floor")
