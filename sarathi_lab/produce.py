@@ -11,9 +11,6 @@ Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME`` into
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from sarathi_lab import cli_args
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.harness import CONF_DIR, REPO_ROOT
+from sarathi_lab.harness.compose import run_as_command
 from sarathi_lab.harness.results import SWEEP_SUMMARY
 
 SCALES = ("full", "ci", "dry")
@@ -66,19 +64,13 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (),
 def run_experiments(names, root: str | Path, scale: str = "full", extra: list[str] = (),
                     sim: bool = False) -> list[str]:
     """Returns the names of those with a failed job."""
-    # The runs import the same sarathi_lab as this process, wherever it was imported from.
-    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    env = os.environ | {"PYTHONPATH": path}
     failed = []
     if sim and (real_only := [n for n in names if not registry.by_name(n).simulated]):
         print(f"not on the simulator: {', '.join(real_only)} "
               "(real ranks; each job holds its own prediction)", flush=True)
         names = [n for n in names if n not in real_only]
     for name in names:
-        args = sweep_args(name, root, scale, extra, sim)
-        done = subprocess.run([sys.executable, "-m", "sarathi_lab.run", *args],
-                              env=env, check=False)
-        if done.returncode:
+        if run_as_command(sweep_args(name, root, scale, extra, sim)):
             failed.append(name)
     return failed
 

@@ -1,17 +1,22 @@
 """The CLI's config composition and run, callable in-process (notebooks, tests):
-``run_in_process(["experiment=smoke"], Path("outputs/nb/0"))``."""
+``run_in_process(["experiment=smoke"], Path("outputs/nb/0"))``, or a sweep in a process of its own
+(``run_as_command(["-m", "experiment=smoke"])``)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from sarathi_lab.harness import REPO_ROOT
 from sarathi_lab.harness.cli_check import compose_config
 from sarathi_lab.harness.results import Status, write_status
 from sarathi_lab.harness.runner import RunContext, record_failure, run_experiment
 from sarathi_lab.harness.schema import parse_config
 
-__all__ = ["compose_config", "run_in_process"]
+__all__ = ["compose_config", "run_as_command", "run_in_process"]
 
 
 def run_in_process(overrides: list[str], output_dir: Path, group: str | None = None) -> Status:
@@ -29,3 +34,12 @@ def run_in_process(overrides: list[str], output_dir: Path, group: str | None = N
     finally:
         ctx.release()
     return status
+
+
+def run_as_command(args: list[str], quiet: bool = False) -> int:
+    """`python -m sarathi_lab.run *args`'s exit status; it imports the same sarathi_lab as this
+    process, wherever that was imported from."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "sarathi_lab.run", *args], check=False,
+                          env=os.environ | {"PYTHONPATH": path},
+                          stdout=subprocess.DEVNULL if quiet else None).returncode

@@ -9,10 +9,7 @@ attribution reads it: a claim the device's floors allow and our run misses is ou
 from __future__ import annotations
 
 import csv
-import os
 import shlex
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import gpu_records, registry
 from sarathi_lab.analysis.claims import claims_table
 from sarathi_lab.analysis.runs import Results
-from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.harness.compose import run_as_command
 
 COST_MODEL = "floor"
 COLUMNS = ("experiment", "claim", "floors", "holds", "sim_device", "cost_model", "overrides")
@@ -72,13 +69,10 @@ def _key(override: str) -> str:
 
 
 def simulate(overrides: list[str], device: str, root: Path, experiment: str) -> int:
-    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    args = ["-m", *overrides, "executor=sim", f"engine.sim_device={device}",
-            f"engine.sim_cost_model={COST_MODEL}", "logger=none",
-            f"hydra.sweep.dir={root / experiment / 'multiruns' / COST_MODEL}"]
-    return subprocess.run([sys.executable, "-m", "sarathi_lab.run", *args],
-                          env=os.environ | {"PYTHONPATH": path}, check=False,
-                          stdout=subprocess.DEVNULL).returncode
+    return run_as_command(["-m", *overrides, "executor=sim", f"engine.sim_device={device}",
+                           f"engine.sim_cost_model={COST_MODEL}", "logger=none",
+                           f"hydra.sweep.dir={root / experiment / 'multiruns' / COST_MODEL}"],
+                          quiet=True)
 
 
 def floor_rows(folder: Path, root: Path) -> list[dict]:
