@@ -49,6 +49,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     markers = {"roofline": "x", "calibrated": "o", "holdout": "s"}
     for row, device in zip(axes, devices):
         its = iterations[iterations.device == device].reset_index(drop=True)
+        head = f"simulated {device.upper()} over {VIDUR} {device.upper()}"
         for name, marker in markers.items():
             row[0].scatter(range(len(its)), its[f"{name}_s"] / its.measured_s, marker=marker, s=14,
                            label=name)
@@ -58,8 +59,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
         row[0].set(ylabel="predicted / measured", xticks=[],
                    xlabel="iterations of every model (decode, prefill, hybrid), in the table's "
                           "order")
-        row[0].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: every "
-                         f"iteration of every model", fontsize=9)
+        row[0].set_title(f"{head}: every iteration of every model", fontsize=9)
         row[0].legend(fontsize=7)
         err = errors[errors.device == device]
         labels = [f"{m}\n{k}" for m, k in zip(err.model, err.kind)]
@@ -74,8 +74,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
         row[1].axhline(0.25, color="grey", lw=0.6, ls=":")
         row[1].set_xticks(list(x), labels, rotation=90, fontsize=6)
         row[1].set(ylabel="|predicted / measured - 1|", xlabel="model and iteration kind")
-        row[1].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: error per "
-                         f"model and kind", fontsize=9)
+        row[1].set_title(f"{head}: error per model and kind", fontsize=9)
         row[1].legend(fontsize=7)
     fig.suptitle(f"Simulated (cost models roofline, calibrated, holdout) against {VIDUR} GPU "
                  f"kernels (their data, MIT licence)", fontsize=10)
