@@ -57,13 +57,13 @@ def lease_kernels(lease: Path) -> pd.DataFrame:
     return pd.concat([gemm, rows], ignore_index=True)[list(KERNEL_COLUMNS)]
 
 
-def _round(value, digits: int = 4):
+def _round(value):
     if isinstance(value, float):
-        return float(f"{value:.{digits}g}")
+        return float(f"{value:.4g}")
     if isinstance(value, (list, tuple)):
-        return [_round(v, digits) for v in value]
+        return [_round(v) for v in value]
     if isinstance(value, dict):
-        return {k: _round(v, digits) for k, v in value.items()}
+        return {k: _round(v) for k, v in value.items()}
     return value
 
 
