@@ -100,19 +100,17 @@ class CostModel(abc.ABC):
         dtype = device_dtype(device, dtype)
         own_table = profile is not None or (isinstance(model, str)
                                             and profile_path(device, model).is_file())
+        others = f"{k('sim_cost_model')}=calibrated or roofline"
         if tp > 1 and cost_model == "profile" and own_table:
             raise ConfigError(f"{k.set('sim_tp', tp)} is invalid with "
-                              f"{k.set('sim_cost_model', cost_model)} "
-                              "and a profile measured by task=profile: it times one device running "
-                              "the whole "
-                              f"model; allowed: {k('sim_tp')}=1, or "
-                              f"{k('sim_cost_model')}=calibrated or "
-                              "roofline")
+                              f"{k.set('sim_cost_model', cost_model)} and a profile measured by "
+                              "task=profile: it times one device running the whole model; "
+                              f"allowed: {k('sim_tp')}=1, or {others}")
         if pp > 1 and cost_model == "profile":
             raise ConfigError(f"{k.set('sim_pp', pp)} is invalid with "
-                              f"{k.set('sim_cost_model', cost_model)}: a "
-                              "profile times the whole model's layers, not a stage's; allowed: "
-                              f"{k('sim_pp')}=1, or {k('sim_cost_model')}=calibrated or roofline")
+                              f"{k.set('sim_cost_model', cost_model)}: a profile times the "
+                              f"whole model's layers, not a stage's; allowed: {k('sim_pp')}=1, "
+                              f"or {others}")
         name = model if isinstance(model, str) else ""
         whole, config = config, shard(config, 1, pp, name)
         part = shard(config, tp, 1, name)

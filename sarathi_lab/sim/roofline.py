@@ -140,8 +140,7 @@ class CalibratedRooflineCostModel(RooflineCostModel):
         if device.calibration is None:
             raise ConfigError(f"{SETTING.set('sim_cost_model', 'calibrated')} is invalid with "
                               f"{SETTING.set('sim_device', device.name)}: its device file has no "
-                              f"calibration (no GPU "
-                              "kernels measured there); use 'roofline'")
+                              "calibration (no GPU kernels measured there); use 'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
         self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape) * self.elem_bytes
@@ -156,9 +155,8 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
     def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
         # In the order pointwise_s adds them: the same sum to the last bit.
-        return {"norm": self.norms * self._pointwise("norm", tokens),
-                "rope": self._pointwise("rope", tokens), "act": self._pointwise("act", tokens),
-                "add": self._pointwise("add", tokens)}
+        return {kind: (self.norms if kind == "norm" else 1) * self._pointwise(kind, tokens)
+                for kind in ("norm", "rope", "act", "add")}
 
     def pointwise_s(self, tokens: int) -> float:
         return sum(self.pointwise_parts_s(tokens).values())
