@@ -14,7 +14,7 @@ from sarathi_lab.sim.cost_model import (
     batch_tokens,
     register_cost_model,
 )
-from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
+from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
 
@@ -55,16 +55,14 @@ class KernelCostModel(CostModel):
         # An op a model does not run (phi-2's post-attention norm) has no rows and costs nothing.
         self.layer_ops = {op: ops[op] for op in (*GEMM_OPS, *POINTWISE_OPS) if op in ops}
         self.embedding = ops.get("embedding")
-        attention = {"prefill_attention": self.prefill_attention,
-                     "decode_attention": self.decode_attention}
-        self.modelled = ["lm_head", "host (prepare, sample)"] + [
+        modelled = ["lm_head", "host (prepare, sample)"] + [
             f"{op} ({'outside the measured shapes' if surface else 'all: none measured'})"
-            for op, surface in attention.items()]
+            for op, surface in zip(ATTENTION_OPS, (self.prefill_attention, self.decode_attention))]
         self.max_tokens = max(c.xs[-1] for c in self.layer_ops.values())
         # Iterations whose attention the measurements did not cover: the roofline's.
         self.modelled_attention_iterations = 0
         warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on "
-                      f"{roofline.device.name}: {'; '.join(self.modelled)}", stacklevel=2)
+                      f"{roofline.device.name}: {'; '.join(modelled)}", stacklevel=2)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = batch_tokens(prefills, decodes)
