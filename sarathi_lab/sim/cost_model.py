@@ -43,9 +43,8 @@ def batch_tokens(prefills: list[tuple[int, int]], decodes: list[int]) -> int:
 
 
 class CostModel(abc.ABC):
-    # What results name it by (sim_cost_model's words), and its registry name.
+    # What results name it by (sim_cost_model's words).
     name: str
-    key: str
 
     def __init__(self, config: ModelConfig, dtype: str):
         self.config = config
@@ -153,7 +152,6 @@ PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",), "floor":
 def register_cost_model(key: str):
     """The module must be imported by sarathi_lab/sim/__init__.py to be found."""
     def wrap(cls: type[CostModel]) -> type[CostModel]:
-        cls.key = key
         _REGISTRY[key] = cls
         return cls
     return wrap
