@@ -20,7 +20,7 @@ from sarathi_lab.engine.sequence import SamplingParams, Sequence
 from sarathi_lab.executors import executor_class, executors_with
 from sarathi_lab.model.configs import eos_token_of
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
-from sarathi_lab.sim.pipeline_executor import simulated_executor
+from sarathi_lab.sim.executor import simulated_executor
 
 if TYPE_CHECKING:
     from sarathi_lab.model.cuda_graphs import CudaGraphs

@@ -31,9 +31,8 @@ from sarathi_lab.harness.results import run_source
 from sarathi_lab.harness.schema import parse_config
 from sarathi_lab.host_features import usable_cores
 from sarathi_lab.sim import CostModel
-from sarathi_lab.sim.executor import SimulatedExecutor
+from sarathi_lab.sim.executor import SimulatedExecutor, SimulatedPipelineExecutor
 from sarathi_lab.sim.parallel import PipelineCostModel, StageTimes
-from sarathi_lab.sim.pipeline_executor import SimulatedPipelineExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERLAY = "capacity_sim_falcon180b_tp4pp2"

@@ -66,9 +66,8 @@ def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int
               utilisation: float = GPU_MEMORY_UTILISATION) -> int:
     """The paper's B: requests whose KV fits beside prefilling them all at once."""
     check_count("seq_len", seq_len, 1)
-    return tokens_with_activations(Shape.of(config), elem_bytes,
-                                   _kv_bytes(device, config, elem_bytes, 0,
-                                                                          utilisation)) // seq_len
+    free = _kv_bytes(device, config, elem_bytes, 0, utilisation)
+    return tokens_with_activations(Shape.of(config), elem_bytes, free) // seq_len
 
 
 def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig,

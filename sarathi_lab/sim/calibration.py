@@ -90,8 +90,7 @@ class Calibration:
         values = [*self.gemm_efficiency, *(e for _, e in self.pointwise.values())]
         if any(not 0 < v <= 1.5 for v in values):
             raise ConfigError(f"sim.device.calibration: an efficiency {min(values)}..{max(values)} "
-                              f"is invalid: "
-                              "must lie in (0, 1.5]")
+                              "is invalid: must lie in (0, 1.5]")
 
     @property
     def has_attention(self) -> bool:
@@ -171,8 +170,12 @@ def fit_prefill_attention(rows: pd.DataFrame, shape: Shape, peak_flops: float):
         if best is None or err < best[0]:
             best = (err, coef, tile)
     _, (launch, per_query, per_flop), tile = best
-    eff = float(min(1.0, 1 / (peak_flops * per_flop))) if per_flop > 0 else 1.0
-    return float(launch), float(per_query), eff, int(tile)
+    return float(launch), float(per_query), _share(peak_flops, per_flop), int(tile)
+
+
+def _share(peak: float, per_unit: float) -> float:
+    """The share of ``peak`` a fitted time per flop (or byte) reaches, at most 1."""
+    return float(min(1.0, 1 / (peak * per_unit))) if per_unit > 0 else 1.0
 
 
 def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, elem_bytes: int):
@@ -181,8 +184,18 @@ def fit_decode_attention(rows: pd.DataFrame, shape: Shape, bandwidth: float, ele
     a, per_request, per_byte = _relative_lstsq(
         np.column_stack([np.ones(len(rows)), rows.batch.to_numpy(float), kv_bytes]),
         rows.seconds.to_numpy(float))
-    share = float(min(1.0, 1 / (bandwidth * per_byte))) if per_byte > 0 else 1.0
-    return float(a), float(per_request), share
+    return float(a), float(per_request), _share(bandwidth, per_byte)
+
+
+def fit_attention(table: pd.DataFrame, peak_flops: float, bandwidth: float) -> dict:
+    """ATTENTION_FIELDS from the first model (by name) with both attentions measured; {}: none."""
+    for model, rows in table.groupby("model"):
+        pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
+        if len(pre) and len(dec):
+            shape = measured_shape(model)
+            return dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, peak_flops),
+                                               *fit_decode_attention(dec, shape, bandwidth, 2))))
+    return {}
 
 
 def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = None) -> Calibration:
@@ -193,18 +206,8 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
     import pandas as pd
     table = pd.concat([gpu_kernels.kernels(device.name, m).assign(model=m) for m in names],
                       ignore_index=True)
-    elem_bytes = 2
     tokens, eff, launch = fit_gemm(table, device.peak_flops)
-    kw = {}
-    for model in names:
-        rows = gpu_kernels.kernels(device.name, model)
-        shape = measured_shape(model)
-        pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
-        if len(pre) and len(dec):
-            decode = fit_decode_attention(dec, shape, device.memory_bandwidth, elem_bytes)
-            kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, device.peak_flops),
-                                             *decode)))
-            break
+    kw = fit_attention(table, device.peak_flops, device.memory_bandwidth)
     if not kw and attention_from is not None and attention_from[0].has_attention:
         attention_from, from_peak = attention_from
         scale = eff[-1] / attention_from.gemm_efficiency[-1]
@@ -214,7 +217,7 @@ def fit(device, exclude=(), attention_from: tuple[Calibration, float] | None = N
             "prefill_efficiency": min(1.0, attention_from.prefill_efficiency * scale)}
     return Calibration(gemm_tokens=tuple(tokens), gemm_efficiency=tuple(eff),
                        gemm_launch_s=tuple(launch),
-                       pointwise=fit_pointwise(table, device.memory_bandwidth, elem_bytes), **kw,
+                       pointwise=fit_pointwise(table, device.memory_bandwidth, 2), **kw,
                        fitted_from=tuple(names))
 
 
@@ -228,16 +231,9 @@ def fit_lease(base: Calibration, table: pd.DataFrame, peak_flops: float, bandwid
     # Where the two curves meet, time per weight and launch never fall with more tokens.
     per_weight = np.maximum.accumulate([t / e for t, e, _ in points])
     launch_s = np.maximum.accumulate([la for _, _, la in points])
-    kw = {}
-    for model, rows in table.groupby("model"):
-        pre, dec = rows[rows.op == "prefill_attention"], rows[rows.op == "decode_attention"]
-        if len(pre) and len(dec):
-            shape = measured_shape(model)
-            kw = dict(zip(ATTENTION_FIELDS, (*fit_prefill_attention(pre, shape, peak_flops),
-                                             *fit_decode_attention(dec, shape, bandwidth, 2))))
-            break
     return dataclasses.replace(
         base, gemm_tokens=tuple(int(t) for t, _, _ in points),
         gemm_efficiency=tuple(float(t / w) for (t, _, _), w in zip(points, per_weight)),
-        gemm_launch_s=tuple(float(x) for x in launch_s), **kw,
+        gemm_launch_s=tuple(float(x) for x in launch_s),
+        **fit_attention(table, peak_flops, bandwidth),
         fitted_from=(*base.fitted_from, lease))

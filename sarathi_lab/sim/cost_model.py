@@ -43,9 +43,8 @@ def batch_tokens(prefills: list[tuple[int, int]], decodes: list[int]) -> int:
 
 
 class CostModel(abc.ABC):
-    # What results name it by (sim_cost_model's words), and its registry name.
+    # What results name it by (sim_cost_model's words).
     name: str
-    key: str
 
     def __init__(self, config: ModelConfig, dtype: str):
         self.config = config
@@ -100,19 +99,17 @@ class CostModel(abc.ABC):
         dtype = device_dtype(device, dtype)
         own_table = profile is not None or (isinstance(model, str)
                                             and profile_path(device, model).is_file())
+        others = f"{k('sim_cost_model')}=calibrated or roofline"
         if tp > 1 and cost_model == "profile" and own_table:
             raise ConfigError(f"{k.set('sim_tp', tp)} is invalid with "
-                              f"{k.set('sim_cost_model', cost_model)} "
-                              "and a profile measured by task=profile: it times one device running "
-                              "the whole "
-                              f"model; allowed: {k('sim_tp')}=1, or "
-                              f"{k('sim_cost_model')}=calibrated or "
-                              "roofline")
+                              f"{k.set('sim_cost_model', cost_model)} and a profile measured by "
+                              "task=profile: it times one device running the whole model; "
+                              f"allowed: {k('sim_tp')}=1, or {others}")
         if pp > 1 and cost_model == "profile":
             raise ConfigError(f"{k.set('sim_pp', pp)} is invalid with "
-                              f"{k.set('sim_cost_model', cost_model)}: a "
-                              "profile times the whole model's layers, not a stage's; allowed: "
-                              f"{k('sim_pp')}=1, or {k('sim_cost_model')}=calibrated or roofline")
+                              f"{k.set('sim_cost_model', cost_model)}: a profile times the "
+                              f"whole model's layers, not a stage's; allowed: {k('sim_pp')}=1, "
+                              f"or {others}")
         name = model if isinstance(model, str) else ""
         whole, config = config, shard(config, 1, pp, name)
         part = shard(config, tp, 1, name)
@@ -155,7 +152,6 @@ PRECEDENCE = {"roofline": ("roofline",), "calibrated": ("calibrated",), "floor":
 def register_cost_model(key: str):
     """The module must be imported by sarathi_lab/sim/__init__.py to be found."""
     def wrap(cls: type[CostModel]) -> type[CostModel]:
-        cls.key = key
         _REGISTRY[key] = cls
         return cls
     return wrap

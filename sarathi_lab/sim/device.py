@@ -65,26 +65,26 @@ class Device:
             raise ConfigError(f"sim.device.{self.name}.kv_reread={self.kv_reread!r} is invalid: "
                               "must be true or false")
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
             if f.name in ("name", "sources", "kv_reread", "calibration"):
                 continue
+            value = getattr(self, f.name)
+            positive = f.name not in ("kernel_floor_s", "host_overhead_s", "host_per_token_s")
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not number or not math.isfinite(value):
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
-                                  f"a finite number")
-            positive = f.name not in ("kernel_floor_s", "host_overhead_s", "host_per_token_s")
-            if f.name in INTEGER_FIELDS and (not float(value).is_integer() or value < 1):
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
-                                  f"an integer > 0")
-            if value < 0 or (positive and value == 0):
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: must be "
-                                  f"{'> 0' if positive else '>= 0'}")
-            if f.name.endswith("_efficiency") and value > 1:
-                raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: an "
-                                  f"efficiency is at most 1")
+                why = "must be a finite number"
+            elif f.name in INTEGER_FIELDS and (not float(value).is_integer() or value < 1):
+                why = "must be an integer > 0"
+            elif value < 0 or (positive and value == 0):
+                why = f"must be {'> 0' if positive else '>= 0'}"
+            elif f.name.endswith("_efficiency") and value > 1:
+                why = "an efficiency is at most 1"
+            else:
+                continue
+            raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: {why}")
 
     def prepare_s(self, tokens: int) -> float:
         return self.host_overhead_s + self.host_per_token_s * tokens
+
 
 # libyaml where PyYAML has it: a run loads device files several times.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -30,12 +30,10 @@ class TokenTable:
             raise ValueError("no micro-batch measures this term")
         edges = np.unique(np.quantile(tokens, np.linspace(0, 1, bins + 1)))
         which = np.clip(np.searchsorted(edges, tokens, side="right") - 1, 0, max(len(edges) - 2, 0))
-        xs, ys = [], []
-        for b in np.unique(which):
-            xs.append(float(np.median(tokens[which == b])))
-            ys.append(float(np.median(seconds[which == b])))
+        xs, ys = (np.array([float(np.median(v[which == b])) for b in np.unique(which)])
+                  for v in (tokens, seconds))
         order = np.argsort(xs)
-        return cls(tuple(np.array(xs)[order]), tuple(np.array(ys)[order]))
+        return cls(tuple(xs[order]), tuple(ys[order]))
 
 
 @dataclass(frozen=True)
@@ -54,8 +52,7 @@ class Handoff:
         missing = [c for c in NEEDED if c not in timeline.columns]
         if missing:
             raise ValueError(f"the stage timeline lacks {missing}: only a pipeline that records "
-                             f"its host work "
-                             "measures the handoff")
+                             "its host work measures the handoff")
 
         def grid(column: str) -> np.ndarray:
             return timeline.pivot(index="stage", columns="micro_batch",

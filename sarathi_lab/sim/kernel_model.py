@@ -14,7 +14,7 @@ from sarathi_lab.sim.cost_model import (
     batch_tokens,
     register_cost_model,
 )
-from sarathi_lab.sim.gpu_kernels import GEMM_OPS, POINTWISE_OPS, curves
+from sarathi_lab.sim.gpu_kernels import ATTENTION_OPS, GEMM_OPS, POINTWISE_OPS, curves
 from sarathi_lab.sim.interpolate import up_to_point
 from sarathi_lab.sim.roofline import RooflineCostModel, roofline_for
 
@@ -55,16 +55,14 @@ class KernelCostModel(CostModel):
         # An op a model does not run (phi-2's post-attention norm) has no rows and costs nothing.
         self.layer_ops = {op: ops[op] for op in (*GEMM_OPS, *POINTWISE_OPS) if op in ops}
         self.embedding = ops.get("embedding")
-        attention = {"prefill_attention": self.prefill_attention,
-                     "decode_attention": self.decode_attention}
-        self.modelled = ["lm_head", "host (prepare, sample)"] + [
+        modelled = ["lm_head", "host (prepare, sample)"] + [
             f"{op} ({'outside the measured shapes' if surface else 'all: none measured'})"
-            for op, surface in attention.items()]
+            for op, surface in zip(ATTENTION_OPS, (self.prefill_attention, self.decode_attention))]
         self.max_tokens = max(c.xs[-1] for c in self.layer_ops.values())
         # Iterations whose attention the measurements did not cover: the roofline's.
         self.modelled_attention_iterations = 0
         warnings.warn(f"GPU kernels {source}: modelled by sim_cost_model={roofline.name!r} on "
-                      f"{roofline.device.name}: {'; '.join(self.modelled)}", stacklevel=2)
+                      f"{roofline.device.name}: {'; '.join(modelled)}", stacklevel=2)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
         tokens = batch_tokens(prefills, decodes)
@@ -76,23 +74,19 @@ class KernelCostModel(CostModel):
         ops["embedding"] = self.embedding(tokens)[0] if self.embedding else 0.0
         ops["lm_head"] = (self.roofline.gemm_s(num_sampled, s.hidden, s.vocab) if num_sampled
                           else 0.0)
-        modelled = False
-        attn = 0.0
-        for chunk, context in prefills:
-            t, beyond = (self.prefill_attention(chunk, context - chunk) if self.prefill_attention
-                         else (0.0, True))
-            if beyond:  # the roofline's, not a measured curve carried past its points
-                t, modelled = self.roofline.prefill_attention_s(chunk, context), True
-            attn += t
-        ops["prefill_attention"] = s.layers * attn
-        ops["decode_attention"] = 0.0
-        if decodes:
-            t, beyond = (self.decode_attention(len(decodes), sum(decodes) / len(decodes))
-                         if self.decode_attention
-                          else (0.0, True))
-            if beyond:
-                t, modelled = self.roofline.decode_attention_s(decodes), True
-            ops["decode_attention"] = s.layers * t
-        self.modelled_attention_iterations += modelled
+        roofline = self.roofline
+        pre = [self._attention(self.prefill_attention, (c, x - c), roofline.prefill_attention_s,
+                               c, x) for c, x in prefills]
+        dec = [self._attention(self.decode_attention, (len(decodes), sum(decodes) / len(decodes)),
+                               roofline.decode_attention_s, decodes)] if decodes else []
+        ops["prefill_attention"] = s.layers * sum((t for t, _ in pre), 0.0)
+        ops["decode_attention"] = s.layers * dec[0][0] if dec else 0.0
+        self.modelled_attention_iterations += any(modelled for _, modelled in pre + dec)
         return IterationCost(prepare_s=self.device.prepare_s(tokens), forward_s=sum(ops.values()),
                              sample_s=0.0, ops=ops, extrapolated=tokens > self.max_tokens)
+
+    @staticmethod
+    def _attention(surface, at: tuple, roofline_s, *args) -> tuple[float, bool]:
+        """(seconds, modelled): past the measured points the roofline's, not a curve carried on."""
+        t, beyond = surface(*at) if surface else (0.0, True)
+        return (roofline_s(*args), True) if beyond else (t, False)

@@ -193,13 +193,10 @@ class PipelineCostModel(CostModel):
         super().__init__(config, dtype)
         self.stage, self.name, self.device = stage, stage.name, stage.device
         self.par = Parallelism(tp=tp, pp=pp)
+        self.stages = pp
         self.hidden_bytes = config.hidden_size * self.elem_bytes
         layers = [Stage.of(config.num_hidden_layers, pp, s).num_layers for s in range(pp)]
         self.layer_share = () if len(set(layers)) == 1 else tuple(n / layers[0] for n in layers)
-
-    @property
-    def stages(self) -> int:
-        return self.par.pp
 
     def times(self, prefills: list[tuple[int, int]], decodes: list[int],
               num_sampled: int) -> StageTimes:
@@ -209,8 +206,7 @@ class PipelineCostModel(CostModel):
                        layer_share=self.layer_share)
 
     def _cost(self, prefills, decodes, num_sampled) -> IterationCost:
-        times = self.times(prefills, decodes, num_sampled)
-        stages = self.par.pp
+        times, stages = self.times(prefills, decodes, num_sampled), self.stages
         _, ends = through_stages(times, 0.0, [0.0] * stages, [0.0] * stages)
         forward, sends = ends[-1] - times.host_s, (stages - 1) * times.p2p_s
         return IterationCost(times.host_s, forward, times.sample_s,

@@ -13,7 +13,7 @@ from sarathi_lab.engine.llm_engine import LLMEngine
 from sarathi_lab.engine.metrics import Metrics
 from sarathi_lab.engine.scheduler import Scheduler
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
-from sarathi_lab.sim.pipeline_executor import SimulatedPipelineExecutor, StageCosts
+from sarathi_lab.sim.executor import SimulatedPipelineExecutor, StageCosts
 
 
 @dataclass

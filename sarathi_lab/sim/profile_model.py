@@ -44,6 +44,7 @@ def drift_spread(description: dict) -> float | None:
         return drift["spread"]
     return abs(drift["rel_change"]) if "rel_change" in drift else None
 
+
 def measured_iterations(
         table: pd.DataFrame) -> list[tuple[str, list[tuple[int, int]], list[int], float]]:
     """Bare forwards as (kind, prefills, decodes, seconds): one-request ``total`` rows prefill."""
@@ -152,8 +153,8 @@ class ProfileCostModel(CostModel):
         spread = drift_spread(description)
         if spread is not None and spread > DRIFT_WARNING:
             warnings.warn(f"profile {path}: its reference forward moved by up to "
-                          f"{100 * spread:.0f}% while it was "
-                          "measured; its times are about that unsure", stacklevel=2)
+                          f"{100 * spread:.0f}% while it was measured; its times are about that "
+                          "unsure", stacklevel=2)
         import pandas as pd
         try:
             table = pd.read_csv(path)
@@ -187,15 +188,12 @@ class ProfileCostModel(CostModel):
         head, head_out = self.lm_head(num_sampled) if num_sampled else (0.0, False)
         one_row, _ = self.lm_head(1)
         ops = {"dense": dense, "lm_head_extra": head - one_row}
-        parts = []
-        for chunk, context in prefills:
-            t, out = self.prefill_attention(chunk, context - chunk)
-            parts, outside = parts + [t], outside or out
-        ops["prefill_attention"] = sum(parts)
-        ops["decode_attention"] = 0.0
-        if decodes:
-            t, out = self.decode_attention(len(decodes), sum(decodes) / len(decodes))
-            ops["decode_attention"], outside, parts = t, outside or out, parts + [t]
+        pre = [self.prefill_attention(chunk, context - chunk) for chunk, context in prefills]
+        dec = [self.decode_attention(len(decodes), sum(decodes) / len(decodes))] if decodes else []
+        parts = [t for t, _ in pre + dec]
+        outside = outside or any(out for _, out in pre + dec)
+        ops["prefill_attention"] = sum(t for t, _ in pre)
+        ops["decode_attention"] = dec[0][0] if dec else 0.0
         forward = sum(ops.values())
         if len(parts) > 1 and self.attention_shared_s:
             # One attention pass per layer serves the whole batch: its fixed cost is paid once, and

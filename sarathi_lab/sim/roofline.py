@@ -37,10 +37,8 @@ class RooflineCostModel(CostModel):
     def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16"):
         super().__init__(config, dtype)
         self.device = device
-        s = self.shape = Shape.of(config)
-        q = s.heads * s.head_dim
-        self.gemms = s.gemms
-        e = self.elem_bytes
+        s, e = Shape.of(config), self.elem_bytes
+        self.shape = s
         # phi-2's parallel block: attention and MLP read one norm.
         self.norms = 2 if s.gated else 1
         # The residual adds move as much as two norms (the engine fuses each into a norm).
@@ -49,13 +47,12 @@ class RooflineCostModel(CostModel):
                                 "act": pointwise_elems("act", s)}
         self.pointwise_bytes_per_token = e * sum(self.pointwise_elems.values())
         self.kv_bytes_per_token = s.kv_bytes_per_token(e, layers=1)
-        self.qo_bytes_per_token = 2 * q * e
+        self.qo_bytes_per_token = 2 * s.heads * s.head_dim * e
         self.attn_flops_per_pair = s.attention_flops_per_pair
-        d = device
-        self.gemm_rate = d.peak_flops * d.gemm_flops_efficiency
-        self.attn_rate = d.peak_flops * d.attention_flops_efficiency
-        self.bw = d.memory_bandwidth * d.bandwidth_efficiency
-        self.attn_bw = d.memory_bandwidth * d.attention_bandwidth_efficiency
+        self.gemm_rate = device.peak_flops * device.gemm_flops_efficiency
+        self.attn_rate = device.peak_flops * device.attention_flops_efficiency
+        self.bw = device.memory_bandwidth * device.bandwidth_efficiency
+        self.attn_bw = device.memory_bandwidth * device.attention_bandwidth_efficiency
         self._dense: dict[tuple[int, int], dict[str, float]] = {}
         # Exact for any subclass: the cost is a function of the batch's composition alone.
         self._small_decodes: dict[tuple[int, ...], IterationCost] = {}
@@ -84,7 +81,7 @@ class RooflineCostModel(CostModel):
         key = (tokens, rows)
         if key not in self._dense:
             s, layers = self.shape, self.shape.layers
-            ops = {name: layers * self.gemm_s(tokens, k, n) for name, (k, n) in self.gemms.items()}
+            ops = {name: layers * self.gemm_s(tokens, k, n) for name, (k, n) in s.gemms.items()}
             ops["pointwise"] = layers * self.pointwise_s(tokens)
             ops["lm_head"] = self.embedding_s(tokens) + (self.gemm_s(rows, s.hidden, s.vocab)
                                                          if rows else 0.0)
@@ -140,8 +137,7 @@ class CalibratedRooflineCostModel(RooflineCostModel):
         if device.calibration is None:
             raise ConfigError(f"{SETTING.set('sim_cost_model', 'calibrated')} is invalid with "
                               f"{SETTING.set('sim_device', device.name)}: its device file has no "
-                              f"calibration (no GPU "
-                              "kernels measured there); use 'roofline'")
+                              "calibration (no GPU kernels measured there); use 'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
         self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape) * self.elem_bytes
@@ -156,9 +152,8 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
     def pointwise_parts_s(self, tokens: int) -> dict[str, float]:
         # In the order pointwise_s adds them: the same sum to the last bit.
-        return {"norm": self.norms * self._pointwise("norm", tokens),
-                "rope": self._pointwise("rope", tokens), "act": self._pointwise("act", tokens),
-                "add": self._pointwise("add", tokens)}
+        return {kind: (self.norms if kind == "norm" else 1) * self._pointwise(kind, tokens)
+                for kind in ("norm", "rope", "act", "add")}
 
     def pointwise_s(self, tokens: int) -> float:
         return sum(self.pointwise_parts_s(tokens).values())
