@@ -48,8 +48,7 @@ def lease_kernels(lease: Path) -> pd.DataFrame:
     shapes = {m: Shape.of(load_config(m)) for m in sorted(gemm.model.unique())}
     models = {(s.heads, s.kv_heads): m for m, s in shapes.items()}
     att = att.assign(model=[models.get((h, k)) for h, k in zip(att.heads, att.kv_heads)])
-    att = att.dropna(subset=["model"])
-    att = att[att.engine_ms.notna()]
+    att = att.dropna(subset=["model", "engine_ms"])
     decode = att.kind == "decode"
     rows = pd.DataFrame({"model": att.model,
                          "op": ["decode_attention" if d else "prefill_attention" for d in decode],
@@ -58,13 +57,13 @@ def lease_kernels(lease: Path) -> pd.DataFrame:
     return pd.concat([gemm, rows], ignore_index=True)[list(KERNEL_COLUMNS)]
 
 
-def _round(value, digits: int = 4):
+def _round(value):
     if isinstance(value, float):
-        return float(f"{value:.{digits}g}")
+        return float(f"{value:.4g}")
     if isinstance(value, (list, tuple)):
-        return [_round(v, digits) for v in value]
+        return [_round(v) for v in value]
     if isinstance(value, dict):
-        return {k: _round(v, digits) for k, v in value.items()}
+        return {k: _round(v) for k, v in value.items()}
     return value
 
 

@@ -43,11 +43,9 @@ def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
     config = shard(gpu_kernels.config_of(model), tp)
     shape = Shape.of(config)
     dev = load_device(device)
-    cms = {"roofline": RooflineCostModel(dev, config),
-           "calibrated": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal),
-                                                     config),
-           "holdout": CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=held_out),
-                                                  config)}
+    cms = {"roofline": RooflineCostModel(dev, config)} | {
+        name: CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=c), config)
+        for name, c in (("calibrated", cal), ("holdout", held_out))}
 
     def op_s(op: str, tokens: int) -> float:
         return curves[op](tokens)[0] if op in curves else 0.0

@@ -12,8 +12,12 @@ import pandas as pd
 from sarathi_lab import provenance
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.bench.args import bench_parser
-from sarathi_lab.measure.sim_check import fidelity
-from sarathi_lab.sim.profiles import profiles_dir
+from sarathi_lab.measure.sim_check import engine_fidelity, fidelity
+from sarathi_lab.model import load_config
+from sarathi_lab.sim import gpu_kernels
+from sarathi_lab.sim.cost_model import CostModel
+from sarathi_lab.sim.device import GPU_DEVICES
+from sarathi_lab.sim.profiles import profile_path, profiles_dir
 
 DOCS = REPO_ROOT / "docs" / "sim"
 GPU_DOCS = REPO_ROOT / "docs" / "gpu"
@@ -26,10 +30,7 @@ OUTPUTS = (*(f"fidelity_{name}.csv" for name in (
 
 def leases_read() -> str:
     """'+'-joined."""
-    from sarathi_lab.measure.sim_check.engine_fidelity import profiled
-    from sarathi_lab.sim.profiles import profile_path
-
-    paths = [profile_path(device, model) for device, model in profiled()]
+    paths = [profile_path(device, model) for device, model in engine_fidelity.profiled()]
     # A lease's table is profiles/<device>/<lease>/<model>.csv; one measured here,
     # profiles/<device>/<model>.csv.
     leases = {path.parent.name for path in paths if path.parents[1] != profiles_dir()}
@@ -49,6 +50,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     markers = {"roofline": "x", "calibrated": "o", "holdout": "s"}
     for row, device in zip(axes, devices):
         its = iterations[iterations.device == device].reset_index(drop=True)
+        head = f"simulated {device.upper()} over {VIDUR} {device.upper()}"
         for name, marker in markers.items():
             row[0].scatter(range(len(its)), its[f"{name}_s"] / its.measured_s, marker=marker, s=14,
                            label=name)
@@ -58,8 +60,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
         row[0].set(ylabel="predicted / measured", xticks=[],
                    xlabel="iterations of every model (decode, prefill, hybrid), in the table's "
                           "order")
-        row[0].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: every "
-                         f"iteration of every model", fontsize=9)
+        row[0].set_title(f"{head}: every iteration of every model", fontsize=9)
         row[0].legend(fontsize=7)
         err = errors[errors.device == device]
         labels = [f"{m}\n{k}" for m, k in zip(err.model, err.kind)]
@@ -74,8 +75,7 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
         row[1].axhline(0.25, color="grey", lw=0.6, ls=":")
         row[1].set_xticks(list(x), labels, rotation=90, fontsize=6)
         row[1].set(ylabel="|predicted / measured - 1|", xlabel="model and iteration kind")
-        row[1].set_title(f"simulated {device.upper()} over {VIDUR} {device.upper()}: error per "
-                         f"model and kind", fontsize=9)
+        row[1].set_title(f"{head}: error per model and kind", fontsize=9)
         row[1].legend(fontsize=7)
     fig.suptitle(f"Simulated (cost models roofline, calibrated, holdout) against {VIDUR} GPU "
                  f"kernels (their data, MIT licence)", fontsize=10)
@@ -85,8 +85,6 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
 
 
 def _parser():
-    from sarathi_lab.sim import gpu_kernels
-
     parser = bench_parser(__spec__, __doc__)
     parser.add_argument("--smoke", action="store_true",
                         help="one device, two models, a few token counts")
@@ -156,8 +154,6 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
 
 
 def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
-    from sarathi_lab.measure.sim_check import engine_fidelity
-
     ops, iterations = engine_fidelity.run()
     if not len(iterations):
         print(f"\nno engine profile of a simulated GPU under {profiles_dir()}: its comparison is "
@@ -177,11 +173,6 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
 def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     """Launch-step forwards, eager and replayed, against each model (a replay: GPU work alone)."""
     from sarathi_lab.analysis.launch_grid import SHAPES, label
-    from sarathi_lab.measure.sim_check.engine_fidelity import cost_models
-    from sarathi_lab.model import load_config
-    from sarathi_lab.sim.cost_model import CostModel
-    from sarathi_lab.sim.device import GPU_DEVICES
-    from sarathi_lab.sim.profiles import profile_path
 
     model, dtype, context, _, cases = SHAPES["cuda"]
     rows = []
@@ -190,7 +181,7 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
         if device not in GPU_DEVICES:
             continue
         measured = {m["metric"]: m["value"] for m in json.loads(path.read_text())["metrics"]}
-        cms = cost_models(device, load_config(model), dtype)
+        cms = engine_fidelity.cost_models(device, load_config(model), dtype)
         if profile_path(device, model).is_file():
             cms["profile"] = CostModel.for_device(device, model, "profile", dtype)
         for chunk, decodes in cases:
@@ -240,14 +231,12 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
     """Per (device, model): prefill and decode forwards measured and predicted; each op's ratio."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
-    from sarathi_lab.measure.sim_check.engine_fidelity import models_in
-
     pairs = list(iterations.groupby(["device", "model"], sort=True).groups)
     fig = Figure(figsize=(15, 4.2 * len(pairs)))
     axes = fig.subplots(len(pairs), 3, squeeze=False)
     for row, (device, model) in zip(axes, pairs):
         its = iterations[(iterations.device == device) & (iterations.model == model)]
-        names = models_in(its)
+        names = engine_fidelity.models_in(its)
         pre, dec = its[its.kind == "prefill"], its[its.kind == "decode"]
         kv = dec.batch * dec.context
         row[0].plot(pre.tokens, pre.measured_s * 1e3, "k.-", label="measured (engine profile)")
@@ -265,7 +254,7 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
         row[1].set_title(f"{device} {model}: decode-only iterations, batch 1-{dec.batch.max()}",
                          fontsize=9)
         err = errors[(errors.device == device) & (errors.model == model) & (errors.level == "op")]
-        names = models_in(ops[(ops.device == device) & (ops.model == model)])
+        names = engine_fidelity.models_in(ops[(ops.device == device) & (ops.model == model)])
         width = 0.8 / max(len(names), 1)
         for i, name in enumerate(names):
             row[2].bar([j + (i - (len(names) - 1) / 2) * width for j in range(len(err))],

@@ -156,10 +156,11 @@ def _rel(pred: float, ref: float) -> float:
 
 
 def batch_errors(real: Run, sim: Run) -> dict:
-    """Whether the simulation made the real run's batches; where so, errors sim/real - 1."""
+    """Iteration counts; whether the simulation made the real run's batches; where so, errors."""
     batched = [run.iterations[list(COMPOSITION)].to_numpy() for run in (real, sim)]
     same = len(real.iterations) == len(sim.iterations) and (batched[0] == batched[1]).all()
-    row = {"identical_batches": bool(same)}
+    row = {"iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations),
+           "identical_batches": bool(same)}
     if same:
         err = sim.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
         row["iter_median_abs_rel_err"] = float(np.median(np.abs(err)))
@@ -181,8 +182,7 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
     """Signed relative errors sim/real - 1, and again/real - 1 for the real engine's own spread."""
     row = {"workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
            "batch": case.batch, "requests": len(case.lengths),
-           "arrival": "all_at_once" if case.arrivals is None else "poisson",
-           "iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
+           "arrival": "all_at_once" if case.arrivals is None else "poisson"}
     row |= batch_errors(real, sim)
     # A Poisson repeat may batch differently: then no per-iteration spread.
     row["real_iter_median_abs_rel_spread"] = float("nan")
@@ -230,8 +230,7 @@ def verdict(row: dict) -> str:
                else f", host at {slowdown:.2f}x the profile's reference time"))
 
 
-def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str,
-           label: str | None = None) -> None:
+def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str, label: str) -> None:
     from sarathi_lab.analysis.figures import plain_log_ticks
 
     low = min(measured_s.min(), simulated_s.min()) * 1e3

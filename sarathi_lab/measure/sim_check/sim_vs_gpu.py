@@ -113,11 +113,6 @@ def refusals(runs: list[Path], device: str, cost_models) -> dict[tuple, str]:
     return found
 
 
-def load(run_dir: Path) -> Run:
-    summary = read_record(run_dir / METRICS)["summary"]
-    return Run(pd.read_parquet(run_dir / "iterations.parquet"), summary, math.nan)
-
-
 def stalls(iterations: pd.DataFrame) -> pd.Series:
     """Pauses of the real engine: no cost model predicts them, and a makespan carries them whole."""
     kinds = iteration_kinds(iterations.num_prefill_tokens, iterations.num_decode_tokens)
@@ -132,10 +127,10 @@ def _errors(points: pd.DataFrame) -> dict:
 
 
 def _serving(run_dir: Path, sim_dir: Path) -> tuple[dict, pd.DataFrame]:
-    real, sim = load(run_dir), load(sim_dir)
+    real, sim = (Run(pd.read_parquet(d / "iterations.parquet"),
+                     read_record(d / METRICS)["summary"], math.nan) for d in (run_dir, sim_dir))
     stall = stalls(real.iterations)
-    row = {"iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations)}
-    row |= batch_errors(real, sim)
+    row = batch_errors(real, sim)
     row |= {"real_stall_iterations": int(stall.sum()),
             "real_stall_s": float(real.iterations.duration_s[stall].sum())}
     row |= served_errors(real, sim, LATENCIES) | {f"{k}_sim": sim.summary[k] for k in LATENCIES}

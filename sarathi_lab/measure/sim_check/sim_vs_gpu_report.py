@@ -33,19 +33,15 @@ def _stats(group: pd.DataFrame) -> dict:
 
 def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.DataFrame:
     """Iteration kinds, then the tasks' quantities, plus ``ALL_RUNS``; a failed model says why."""
-    rows = []
     if len(points):
         order = {k: i for i, k in enumerate((*ITERATION_KINDS, *OTHER_KINDS))}
-        for (kind_of_run, model, kind), g in points.groupby(["run_kind", "cost_model", "kind"],
-                                                            sort=False):
-            rows.append({"run_kind": kind_of_run, "cost_model": model, "kind": kind,
-                         "status": "compared"} | _stats(g))
+        groups = [*points.groupby(["run_kind", "cost_model", "kind"], sort=False)]
         pooled = points[points.kind.isin(ITERATION_KINDS)]
         if pooled.run_kind.nunique() > 1:
-            for (model, kind), g in pooled.groupby(["cost_model", "kind"], sort=False):
-                rows.append({"run_kind": ALL_RUNS, "cost_model": model, "kind": kind,
-                             "status": "compared"} | _stats(g))
-        table = pd.DataFrame(rows)
+            groups += [((ALL_RUNS, *key), g)
+                       for key, g in pooled.groupby(["cost_model", "kind"], sort=False)]
+        table = pd.DataFrame([dict(zip(("run_kind", "cost_model", "kind"), key))
+                              | {"status": "compared"} | _stats(g) for key, g in groups])
         table = table.assign(_k=table.kind.map(order), _r=table.run_kind == ALL_RUNS).sort_values(
             ["_r", "run_kind", "cost_model", "_k"], kind="stable").drop(columns=["_k", "_r"])
     else:
