@@ -61,7 +61,7 @@ AS_WRITTEN = Keys()
 
 
 def settings_of(cls: type) -> list[dataclasses.Field]:
-    return list(dataclasses.fields(cls))
+    return [f for f in dataclasses.fields(cls) if f.init]
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import Any
 
 from sarathi_lab.config import ConfigError, EngineConfig, Keys, named_as
 from sarathi_lab.harness.budget import auto_budget
-from sarathi_lab.harness.schema import RunConfig, engine_keys
+from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import check_task, kv_blocks, kv_requests
 from sarathi_lab.harness.vllm_args import check_vllm
 from sarathi_lab.harness.workloads import Workload, build_workload
@@ -32,7 +32,7 @@ class Checked:
 
 def preflight(cfg: RunConfig) -> Checked:
     """The run's edge: refusals name keys as the run's config spells them."""
-    keys = engine_keys(cfg.model)
+    keys = cfg.keys
     with named_as(keys):
         limits = ModelLimits.of(cfg.engine)
         workload = build_workload(cfg.workload, cfg.seq_len, cfg.pd_ratio, cfg.seed,

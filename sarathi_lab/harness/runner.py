@@ -29,7 +29,7 @@ from sarathi_lab.harness.results import (
     write_status,
 )
 from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables
-from sarathi_lab.harness.schema import RunConfig, WorkloadCfg, engine_keys
+from sarathi_lab.harness.schema import RunConfig, WorkloadCfg
 from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
 from sarathi_lab.harness.workloads import Workload, resolve_trace_path
@@ -64,7 +64,7 @@ class RunContext:
 
 def run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext) -> Status:
     """The edge where the engine's refusals are named as the run's config spells them."""
-    with named_as(engine_keys(cfg.model)):
+    with named_as(cfg.keys):
         return _run_experiment(cfg, resolved_config, ctx)
 
 

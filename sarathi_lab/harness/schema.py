@@ -219,8 +219,11 @@ class RunConfig:
     export: ExportCfg = field(default_factory=ExportCfg)
     # None follows `chunk`; "auto": set from slo.tbt_p99_s.
     token_budget: Literal["auto"] | None = None
+    # How the engine's refusals name its settings in this run: decided here, read by every edge.
+    keys: Keys = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        object.__setattr__(self, "keys", engine_keys(self.model))
         # EngineConfig (built first) checks chunk, batch_size, seed, dtype.
         check_fields(self, positive=True, held=frozenset(KNOB_KEYS.values()))
         check_choice("task", self.task, ("serve", *task_names()))
