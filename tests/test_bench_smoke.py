@@ -375,6 +375,22 @@ def test_sim_fidelity_smoke(capsys, tmp_path):
     assert list(older.batch) == [1, 18] and (older.calibrated_ms < 0.7 * older.eager_ms).all()
 
 
+def test_the_committed_fidelity_tables_are_what_todays_cost_models_give(tmp_path):
+    # A calibration refitted (a new lease's tables) leaves docs/sim's comparison stale unless it is
+    # rerun: the errors per cell and every launch-step forward, recomputed and written as committed.
+    from sarathi_lab.measure.sim_check import fidelity
+
+    docs = sim_fidelity.DOCS
+    errors = fidelity.errors(fidelity.run()[1])
+    sim_fidelity._write_csvs(tmp_path, {"errors": errors})
+    sim_fidelity.graph_replays(tmp_path, lambda *_: None)
+    for name in ("errors", "graph_replay"):
+        rerun = (tmp_path / f"fidelity_{name}.csv").read_text()
+        assert rerun == (docs / f"fidelity_{name}.csv").read_text(), (
+            f"docs/sim/fidelity_{name}.csv is stale: python -m sarathi_lab.measure sim_fidelity "
+            "--out docs/sim --force")
+
+
 def test_the_fidelity_figures_label_every_axis_and_name_whose_measurements_they_hold_to(tmp_path):
     # Redrawn from the committed tables: nothing is recomputed.
     docs = sim_fidelity.DOCS
