@@ -20,7 +20,7 @@ from sarathi_lab.model.parallel.group import (
     bounded,
     engine_groups,
     free_port,
-    join,
+    join_torchrun,
     torchrun_rank,
 )
 from sarathi_lab.model.parallel.pipelined import PipelineParallelExecutor
@@ -44,7 +44,7 @@ def ranks(size: int) -> RankGroup:
         if world != size:
             raise ConfigError(f"tensor_parallel={size} is invalid (with pipeline_parallel, the "
                               f"ranks): torchrun started {world} ranks; allowed: {world}")
-        _ranks = join(rank, size, "env://", int(os.environ.get("LOCAL_RANK", rank)))
+        _ranks = join_torchrun(rank)
     else:
         # Gloo meets on the loopback interface only: the ranks are this machine's processes.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

@@ -90,6 +90,11 @@ def join(rank: int, size: int, init_method: str | None = None, local_rank: int |
     return RankGroup(rank, size, rank if local_rank is None else local_rank, control)
 
 
+def join_torchrun(rank: int) -> RankGroup:
+    return join(rank, int(os.environ["WORLD_SIZE"]), "env://",
+                int(os.environ.get("LOCAL_RANK", rank)))
+
+
 @dataclass(frozen=True)
 class EngineGroups:
     """``step``: this stage's tensor-parallel collectives; ``p2p``: stage to stage."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -16,12 +16,11 @@ from sarathi_lab.model.loader import build_model
 from sarathi_lab.model.parallel.chain import Chain
 from sarathi_lab.model.parallel.group import EngineGroups, RankGroup, threads_per_rank
 from sarathi_lab.model.parallel.layers import join_ranks
-from sarathi_lab.model.parallel.pipeline import StageRun, stage_forward
 from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.parallel.timeline import StageTimeline
 from sarathi_lab.model.parallel.wire import decode
-from sarathi_lab.model.runner import ModelRunner
+from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,13 @@ def run_step(part: RankPart, header: list[int], payload: torch.Tensor) -> torch.
     return runner.forward(prepared)
 
 
+class StageRun(NamedTuple):
+    logits: torch.Tensor | None
+    sends: list
+    start_s: float
+    end_s: float
+
+
 def run_stage(part: RankPart, header: list[int], payload: torch.Tensor,
               command_s: float) -> StageRun:
     """Its sends are under way on return."""
@@ -83,8 +89,42 @@ def run_stage(part: RankPart, header: list[int], payload: torch.Tensor,
     prepared = decode(header, payload, runner.device)
     runner.model.backend.plan(prepared.meta, runner.kv_caches[0][0])
     planned = time.perf_counter()
-    run = stage_forward(runner, part.stage, prepared, part.rank, part.tp, part.p2p)
+    run = stage_forward(part, prepared)
     part.timeline.record(header, run.start_s, run.end_s, command_s, planned)
     if part.rank == part.chain.logits_sender:
         run.sends.append((dist.isend(run.logits, dst=0, group=part.p2p), run.logits))
     return run
+
+
+@torch.inference_mode()
+def stage_forward(part: RankPart, prepared: PreparedBatch) -> StageRun:
+    """A stage's part of CausalLM.forward; activations go to ``rank + tp`` unawaited: it may still
+    run the last micro-batch."""
+    lm, stage, p2p = part.runner.model, part.stage, part.p2p
+    tokens = prepared.input_ids.shape[0]
+    if stage.is_first:
+        start = time.perf_counter()
+        hidden, residual = lm.embed_tokens(prepared.input_ids), None
+    else:
+        like = lm.embed_tokens.weight
+        hidden = torch.empty(tokens, lm.config.hidden_size, dtype=like.dtype, device=like.device)
+        residual = torch.empty_like(hidden)
+        dist.recv(hidden, src=part.rank - part.tp, group=p2p)
+        dist.recv(residual, src=part.rank - part.tp, group=p2p)
+        if hidden.is_cuda:
+            # NCCL's receive returns once queued, not received.
+            torch.cuda.current_stream().synchronize()
+        start = time.perf_counter()  # waiting for the previous stage is no compute of this one
+    for layer, kv_cache in zip(lm.layers, part.runner.kv_caches):
+        hidden, residual = layer(prepared.positions, hidden, residual, kv_cache, prepared.meta)
+    if not stage.is_last:
+        hidden, residual = hidden.contiguous(), residual.contiguous()
+        if hidden.is_cuda:
+            torch.cuda.current_stream().synchronize()  # the compute's end, not its launch
+        end = time.perf_counter()
+        sends = [(dist.isend(t, dst=part.rank + part.tp, group=p2p), t) for t in (hidden, residual)]
+        return StageRun(None, sends, start, end)
+    logits = lm.lm_head(lm.final_norm(hidden, residual, prepared.logits_indices))
+    if logits.is_cuda:
+        torch.cuda.current_stream().synchronize()
+    return StageRun(logits, [], start, time.perf_counter())
