@@ -13,7 +13,6 @@ from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.model.parallel import spawn
-from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import (
     BUILD_TIMEOUT_S,
     RankGroup,
@@ -22,6 +21,7 @@ from sarathi_lab.model.parallel.group import (
     free_port,
     join_torchrun,
     torchrun_rank,
+    wait_all,
 )
 from sarathi_lab.model.parallel.pipelined import PipelineParallelExecutor
 from sarathi_lab.model.parallel.rank import RankPart, RankSpec, build_rank, run_step

@@ -7,20 +7,39 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from transformers import PretrainedConfig
 
 from sarathi_lab.attention import make_backend
 from sarathi_lab.config import EngineConfig
+from sarathi_lab.model.decoder import CausalLM
 from sarathi_lab.model.host_allocator import reuse_freed_memory
 from sarathi_lab.model.loader import build_model
-from sarathi_lab.model.parallel.chain import Chain
-from sarathi_lab.model.parallel.group import EngineGroups, RankGroup, threads_per_rank
-from sarathi_lab.model.parallel.layers import join_ranks
+from sarathi_lab.model.parallel.group import Chain, EngineGroups, RankGroup, threads_per_rank
 from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.parallel.stages import Stage
-from sarathi_lab.model.parallel.timeline import StageTimeline
-from sarathi_lab.model.parallel.wire import decode
+from sarathi_lab.model.parallel.wire import PREFILL_TOKENS, TOKENS, decode
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
+
+# A stage's timeline per row, as kept and sent (float64), in perf_counter seconds (comparable on
+# one machine): command_s host work began; planned_s it ended.
+FIELDS = ("micro_batch", "start_s", "end_s", "tokens", "prefill_tokens", "command_s", "planned_s")
+
+
+class StageTimeline:
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[float, ...]] = []
+        self.submitted = 0
+
+    def record(self, header: list[int], start_s: float, end_s: float, command_s: float,
+               planned_s: float) -> None:
+        self.rows.append((self.submitted, start_s, end_s, header[TOKENS], header[PREFILL_TOKENS],
+                          command_s, planned_s))
+        self.submitted += 1
+
+    def as_tensor(self) -> torch.Tensor:
+        return torch.tensor(self.rows, dtype=torch.float64).reshape(-1, len(FIELDS))
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,36 @@ def build_rank(spec: RankSpec, group: RankGroup, groups: EngineGroups) -> RankPa
     runner = ModelRunner(model, [(layer[0], layer[1]) for layer in cache], cfg.block_size, device)
     chain = Chain(group.rank, tp, group.size) if pp > 1 else None
     return RankPart(runner, group.rank, tp, stage, groups.p2p, chain)
+
+
+class Joined(nn.Module):
+    """Where tensor-parallel ranks join: partial sums all-reduced; with ``gather`` ranks, the whole
+    vocabulary's logits gathered on every rank (no ``argmax_rows``: greedy reads the logits)."""
+
+    def __init__(self, linear: nn.Module, group: dist.ProcessGroup | None, gather: int = 0):
+        super().__init__()
+        self.linear = linear
+        self.group = group
+        self.gather = gather
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.gather:
+            out = self.linear(x)
+            dist.all_reduce(out, group=self.group)
+            return out
+        part = self.linear(x).contiguous()
+        parts = [torch.empty_like(part) for _ in range(self.gather)]
+        dist.all_gather(parts, part, group=self.group)
+        return torch.cat(parts, dim=-1)
+
+
+def join_ranks(lm: CausalLM, group: dist.ProcessGroup | None, size: int) -> CausalLM:
+    """Wrapped after cpu_linear's packing, which replaces the nn.Linear modules these hold."""
+    for layer in lm.layers:
+        layer.self_attn.o_proj = Joined(layer.self_attn.o_proj, group)
+        layer.mlp.down_proj = Joined(layer.mlp.down_proj, group)
+    lm.lm_head = Joined(lm.lm_head, group, size)
+    return lm
 
 
 def run_step(part: RankPart, header: list[int], payload: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,5 @@
-"""Which part of every weight a tensor-parallel rank holds, Megatron-style; KV heads fewer than the
-ranks are replicated on the ranks whose query heads share them. The one home of the split: shapes,
-the memory plan and the weights all follow from TensorShards."""
+"""Which part of every weight a tensor-parallel rank holds, Megatron-style (KV heads fewer than the
+ranks replicated): the one home of the split, for shapes, the memory plan and the weights."""
 from __future__ import annotations
 
 import copy

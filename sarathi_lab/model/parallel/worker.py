@@ -7,8 +7,13 @@ import time
 import torch
 import torch.distributed as dist
 
-from sarathi_lab.model.parallel.chain import wait_all
-from sarathi_lab.model.parallel.group import RankGroup, engine_groups, join_torchrun, torchrun_rank
+from sarathi_lab.model.parallel.group import (
+    RankGroup,
+    engine_groups,
+    join_torchrun,
+    torchrun_rank,
+    wait_all,
+)
 from sarathi_lab.model.parallel.rank import RankPart, build_rank, run_stage, run_step
 from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, NBYTES, OP, STEP, STOP, TIMELINE
 
