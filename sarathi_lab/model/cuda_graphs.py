@@ -1,6 +1,5 @@
-"""CUDA graphs of decode and mixed forwards (mixed ones whole, or cut: nano_graphs.py), replayed
-with each batch copied into persistent buffers (as vLLM v1). Only a backend reading every per-batch
-value from device tensors replays, so a replay splits as the host plan did."""
+"""CUDA graphs of decode and mixed forwards (whole, or cut: nano_graphs.py), each batch copied into
+persistent buffers (as vLLM v1); only a backend reading per-batch values from the device replays."""
 from __future__ import annotations
 
 import time

@@ -1,7 +1,5 @@
-"""The floors an iteration is held to, at a benchmark's measured ceilings: the physical floor,
-max(bytes / bandwidth, flops / rate) over the whole iteration; the sequential floor, each kernel's
-own max summed; and one layer's attention, never below LAUNCH_FLOOR_S. The memory ceiling is a
-lease's read rate where measured, else its copy rate."""
+"""An iteration's floors at measured ceilings: max(bytes / bandwidth, flops / rate) whole (physical)
+or per kernel summed (sequential), and one layer's attention's, never below LAUNCH_FLOOR_S."""
 from __future__ import annotations
 
 from dataclasses import dataclass

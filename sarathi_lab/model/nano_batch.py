@@ -1,6 +1,5 @@
 """NanoFlow's nano-batches: a hybrid batch cut in two by token, one's attention on a second stream
-beside the other's GEMMs. A cut inside a prefill makes two consecutive chunks, as chunked prefill
-runs them: outputs are the sequential forward's up to rounding."""
+beside the other's GEMMs; a cut prefill runs as two chunks, so outputs match up to rounding."""
 from __future__ import annotations
 
 import contextlib
