@@ -7,17 +7,14 @@ import torch
 from safetensors.torch import save_file
 
 from sarathi_lab.model.decoder import CausalLM
-from sarathi_lab.model.loader import _FUSED
+from sarathi_lab.model.loader import _FUSED, fused_sizes
 from sarathi_lab.model.spec import ModelConfig, hf_config
 
 
 @torch.no_grad()
 def save_checkpoint(lm: CausalLM, config: ModelConfig, directory: Path) -> Path:
     """``lm`` must hold plain parameters (cpu_linear='aten'), not packed ones."""
-    attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
-    sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size],
-             "gate_up_proj": [mlp.intermediate] * 2}
-    tensors: dict[str, torch.Tensor] = {}
+    sizes, tensors = fused_sizes(lm), {}
     for name, p in lm.named_parameters():
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue  # shares the embedding's storage: the loader fills it from there

@@ -1,6 +1,5 @@
-"""CUDA graphs of decode and mixed forwards (mixed ones whole, or cut: nano_graphs.py), replayed
-with each batch copied into persistent buffers (as vLLM v1). Only a backend reading every per-batch
-value from device tensors replays, so a replay splits as the host plan did."""
+"""CUDA graphs of decode and mixed forwards (whole, or cut: nano_graphs.py), each batch copied into
+persistent buffers (as vLLM v1); only a backend reading per-batch values from the device replays."""
 from __future__ import annotations
 
 import time
@@ -8,10 +7,9 @@ from collections.abc import Callable
 
 import torch
 
-from sarathi_lab.attention import AttentionBackend, AttentionMetadata, backend_class, backend_names
+from sarathi_lab.attention import AttentionBackend, backend_class, backend_names
 from sarathi_lab.engine.tiles import GEMM_TILE
-from sarathi_lab.model.graph_key import Graph
-from sarathi_lab.model.nano_graphs import NanoGraphs
+from sarathi_lab.model.nano_graphs import Graph, NanoGraphs, PartBuffers
 from sarathi_lab.model.runner import ModelRunner, PreparedBatch
 
 Capture = Callable[[Callable[[], torch.Tensor], object],
@@ -81,17 +79,15 @@ class CudaGraphs:
         self.input_ids = torch.zeros(tokens, dtype=i64, device=dev)
         self.positions = torch.zeros(tokens, dtype=i64, device=dev)
         self.slots = torch.full((tokens,), -1, dtype=i64, device=dev)
-        self.seq_lens = torch.zeros(max_batch, dtype=i32, device=dev)
-        self.block_tables = torch.zeros(max_batch, max_blocks, dtype=i32, device=dev)
+        # Each replay's split counts and request ranges, copied here for the captured launches.
+        self.whole = PartBuffers(max_batch, max_blocks, backend.graph_split_counts(dev))
+        self.block_tables, self.split_counts = self.whole.block_tables, self.whole.split_counts
         # Decode graphs' query starts and sampled rows never change; mixed graphs' are copied in.
         self.decode_starts = torch.arange(max_batch + 1, dtype=i32, device=dev)
         self.decode_rows = torch.arange(max_batch, dtype=i64, device=dev)
-        self.query_start_loc = torch.zeros(max_batch + 1, dtype=i32, device=dev)
         self.sampled_rows = torch.zeros(max_batch, dtype=i64, device=dev)
         self.backend, self.num_heads = backend, runner.model.config.num_attention_heads
         self.k_cache = runner.kv_caches[0][0]
-        # Each replay's split counts and request ranges, copied here for the captured launches.
-        self.split_counts = backend.graph_split_counts(dev)
         self.decode_graphs = {size: Graph(True, size, size) for size in self.sizes}
         self.mixed_graphs = [
             Graph(False, b, min(max_batch, b), tiles) for b in self.buckets
@@ -162,18 +158,9 @@ class CudaGraphs:
 
     def _padded(self, graph: Graph) -> PreparedBatch:
         t, r = graph.tokens, graph.requests
-        if graph.decode:
-            starts, rows, query_lens, hint = (self.decode_starts[: r + 1], self.decode_rows[:r],
-                                              [1] * r, 1)
-        else:
-            starts, rows, query_lens, hint = (self.query_start_loc[: r + 1], self.sampled_rows[:r],
-                                              [0] * r, t)
-        meta = AttentionMetadata(
-            num_prefills=0 if graph.decode else r, num_decodes=r if graph.decode else 0,
-            num_prefill_tokens=0 if graph.decode else t, query_start_loc=starts,
-            seq_lens=self.seq_lens[:r], block_tables=self.block_tables[:r],
-            slot_mapping=self.slots[:t], query_lens_host=query_lens, seq_lens_host=[0] * r,
-            max_query_len=hint, plan=None if graph.cut else self.plans[graph])
+        meta = self.whole.meta(self.slots[:t], r, None if graph.cut else self.plans[graph],
+                               self.decode_starts if graph.decode else None)
+        rows = self.decode_rows[:r] if graph.decode else self.sampled_rows[:r]
         nano = self.nano.padded(graph) if graph.cut else None
         return PreparedBatch(self.input_ids[:t], self.positions[:t], meta, rows, nano)
 
@@ -225,19 +212,7 @@ class CudaGraphs:
 
     def _load_meta(self, prepared: PreparedBatch, graph: Graph) -> None:
         meta = prepared.meta
-        t, n, width = (prepared.input_ids.shape[0], meta.num_prefills + meta.num_decodes,
-                       meta.block_tables.shape[1])
-        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
-        # Entries past a request's context are never read: the rest of its row may stay stale.
-        self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
-        # Padded requests read no cache (context 0).
-        if n < graph.requests:
-            self.seq_lens[n : graph.requests].fill_(0)
-        if not graph.decode:
-            self.query_start_loc[: n + 1].copy_(meta.query_start_loc, non_blocking=True)
-            # Query length 0: every padded request starts where the real tokens end.
-            if n < graph.requests:
-                self.query_start_loc[n + 1 : graph.requests + 1].fill_(t)
+        self.whole.load(meta, graph.requests, graph.decode)
         if graph.pod:
             self.backend.load_pod(self.plans[graph], meta, self.num_heads, self.k_cache)
         else:

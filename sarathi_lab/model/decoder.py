@@ -8,9 +8,8 @@ from transformers import PretrainedConfig
 from sarathi_lab.attention import AttentionBackend, AttentionMetadata
 from sarathi_lab.model.configs import SUPPORTED_ARCHITECTURES
 from sarathi_lab.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, TunedLinear
-from sarathi_lab.model.nano_batch import overlapped_layers
+from sarathi_lab.model.nano_batch import overlapped_layers, streams_for
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
-from sarathi_lab.model.streams import streams_for
 
 
 class Attention(nn.Module):

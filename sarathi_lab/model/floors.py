@@ -1,7 +1,5 @@
-"""The floors an iteration is held to, at a benchmark's measured ceilings: the physical floor,
-max(bytes / bandwidth, flops / rate) over the whole iteration; the sequential floor, each kernel's
-own max summed; and one layer's attention, never below LAUNCH_FLOOR_S. The memory ceiling is a
-lease's read rate where measured, else its copy rate."""
+"""An iteration's floors at measured ceilings: max(bytes / bandwidth, flops / rate) whole (physical)
+or per kernel summed (sequential), and one layer's attention's, never below LAUNCH_FLOOR_S."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +18,12 @@ class Floor:
     memory_s: float
     launch_s: float = 0.0
 
+    @classmethod
+    def at(cls, flops: float, nbytes: float, copy_gbps: float, matmul_gflops: float,
+           launch_s: float = 0.0) -> Floor:
+        return cls(flops, nbytes, flops / (matmul_gflops * 1e9), nbytes / (copy_gbps * 1e9),
+                   launch_s)
+
     @property
     def seconds(self) -> float:
         return max(self.compute_s, self.memory_s, self.launch_s)
@@ -34,7 +38,7 @@ class Floor:
 def floor(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
           elem_bytes: int, copy_gbps: float, matmul_gflops: float) -> Floor:
     flops, nbytes = iteration_cost(shape, query_lens, context_lens, num_sampled, elem_bytes)
-    return Floor(flops, nbytes, flops / (matmul_gflops * 1e9), nbytes / (copy_gbps * 1e9))
+    return Floor.at(flops, nbytes, copy_gbps, matmul_gflops)
 
 
 @dataclass
@@ -49,8 +53,7 @@ class SequentialFloor:
 def sequential_floor(shape: Shape, query_lens: list[int], context_lens: list[int], num_sampled: int,
                      elem_bytes: int, copy_gbps: float, matmul_gflops: float) -> SequentialFloor:
     costs = kernel_costs(shape, query_lens, context_lens, num_sampled, elem_bytes)
-    return SequentialFloor({name: Floor(flops, nbytes, flops / (matmul_gflops * 1e9),
-                                        nbytes / (copy_gbps * 1e9))
+    return SequentialFloor({name: Floor.at(flops, nbytes, copy_gbps, matmul_gflops)
                             for name, (flops, nbytes) in costs.items()})
 
 
@@ -58,8 +61,7 @@ def attention_floor(heads: int, kv_heads: int, head_dim: int, query_lens: list[i
                     context_lens: list[int], elem_bytes: int, copy_gbps: float,
                     matmul_gflops: float) -> Floor:
     flops, nbytes = attention_cost(heads, kv_heads, head_dim, query_lens, context_lens, elem_bytes)
-    return Floor(flops, nbytes, flops / (matmul_gflops * 1e9), nbytes / (copy_gbps * 1e9),
-                 LAUNCH_FLOOR_S)
+    return Floor.at(flops, nbytes, copy_gbps, matmul_gflops, LAUNCH_FLOOR_S)
 
 
 def memory_ceiling(env: dict) -> tuple[float, str]:

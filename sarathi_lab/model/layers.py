@@ -1,8 +1,8 @@
 """A LLaMA decoder's blocks over [T, hidden], elementwise work fused, rounding as the fallback."""
 from __future__ import annotations
 
-import contextlib
 import functools
+import importlib
 
 import torch
 from sarathi_kernels import cpu_ops
@@ -16,26 +16,19 @@ from sarathi_lab.tuned_kernels import TunedTable, table_for
 def fused_ops(x: torch.Tensor):
     if cpu_ops.supports(x):
         return cpu_ops
-    return (_pointwise() if x.is_cuda and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
-            else None)
-
-
-@contextlib.contextmanager
-def _unless_triton_is_missing():
-    """The CPU path never imports Triton."""
-    try:
-        yield
-    except ModuleNotFoundError as e:
-        if e.name != "triton":
-            raise
+    return (_triton_module("pointwise")
+            if x.is_cuda and x.dtype in (torch.float32, torch.float16, torch.bfloat16) else None)
 
 
 @functools.cache
-def _pointwise():
-    with _unless_triton_is_missing():  # on a CUDA tensor's first pass
-        from sarathi_kernels import pointwise
-        return pointwise
-    return None
+def _triton_module(name: str):
+    """Imported on a CUDA tensor's first pass: the CPU path never imports Triton."""
+    try:
+        return importlib.import_module(f"sarathi_kernels.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != "triton":
+            raise
+        return None
 
 
 class RMSNorm(nn.Module):
@@ -144,15 +137,8 @@ def tuned_linear(x: torch.Tensor, layer: nn.Linear, gated: bool = False,
     choice = table.gemm_for(n, k, x.shape[0], gated)
     if choice.kernel != "triton":
         return None
-    gemm = _gemm()
+    gemm = _triton_module("gemm")
     if gemm is None:
         return None
     return gemm.gemm(x, layer.weight, gemm.GemmConfig(**choice.config_kwargs()), gated=gated)
 
-
-@functools.cache
-def _gemm():
-    with _unless_triton_is_missing():
-        from sarathi_kernels import gemm
-        return gemm
-    return None

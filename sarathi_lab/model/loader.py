@@ -85,6 +85,12 @@ def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: Tens
                 local["lm_head.weight"].copy_(shards.shard("lm_head", drawn))
 
 
+def fused_sizes(lm: CausalLM) -> dict[str, list[int]]:
+    attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
+    return {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size],
+            "gate_up_proj": [mlp.intermediate] * 2}
+
+
 def _our_name(hf_name: str) -> tuple[str, str | None, int]:
     name = hf_name.removeprefix("model.")
     for fused, parts in _FUSED.items():
@@ -97,10 +103,7 @@ def _our_name(hf_name: str) -> tuple[str, str | None, int]:
 @torch.no_grad()
 def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = None,
                       stage: Stage | None = None) -> None:
-    params = dict(lm.named_parameters())
-    attn, mlp = lm.layers[0].self_attn, lm.layers[0].mlp
-    sizes = {"qkv_proj": [attn.q_size, attn.kv_size, attn.kv_size],
-             "gate_up_proj": [mlp.intermediate] * 2}
+    params, sizes = dict(lm.named_parameters()), fused_sizes(lm)
     filled: dict[str, int] = {}
     for file in weight_files(path):
         with open_weights(path, file) as f:

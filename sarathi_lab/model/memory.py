@@ -220,5 +220,5 @@ def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, c
 
 
 def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:
-    return (f"{blocks} blocks of {block_bytes} bytes take {blocks * block_bytes / 2**30:.1f} GiB, "
-            f"more than the {max(room, 0) / 2**30:.1f} GiB left on {where} beside the weights")
+    return (f"{blocks} blocks of {block_bytes} bytes take {_gib(blocks * block_bytes)} GiB, "
+            f"more than the {_gib(max(room, 0))} GiB left on {where} beside the weights")

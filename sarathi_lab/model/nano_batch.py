@@ -1,8 +1,9 @@
 """NanoFlow's nano-batches: a hybrid batch cut in two by token, one's attention on a second stream
-beside the other's GEMMs. A cut inside a prefill makes two consecutive chunks, as chunked prefill
-runs them: outputs are the sequential forward's up to rounding."""
+beside the other's GEMMs; a cut prefill runs as two chunks, so outputs match up to rounding."""
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
@@ -10,7 +11,6 @@ import torch
 
 from sarathi_lab.attention import AttentionMetadata
 from sarathi_lab.engine.tiles import GEMM_TILE
-from sarathi_lab.model.streams import StreamPair
 from sarathi_lab.tuned_kernels import TunedTable
 
 # Below this, GEMMs at half the tokens fall under the ridge point: the cut costs more than it wins.
@@ -95,7 +95,7 @@ def nano_batches(positions: torch.Tensor, meta: AttentionMetadata,
 
 
 def overlapped_layers(layers, hidden: torch.Tensor, kv_caches, parts: tuple[NanoBatch, ...],
-                      streams: StreamPair) -> tuple[torch.Tensor, torch.Tensor]:
+                      streams: InOrder | CudaStreams) -> tuple[torch.Tensor, torch.Tensor]:
     """Per layer, each part's attention on the side stream, the rest on the main one."""
     hidden = [hidden[p.tokens] for p in parts]
     residual: list = [None] * len(parts)
@@ -121,3 +121,50 @@ def overlapped_layers(layers, hidden: torch.Tensor, kv_caches, parts: tuple[Nano
         streams.wait("main", done[i])
         hidden[i], residual[i] = previous.post_attention(out[i], residual[i])
     return torch.cat(hidden), torch.cat(residual)
+
+
+class InOrder:
+    """The CPU's one stream: marks, waits and hand-overs are nothing."""
+
+    def mark(self, stream: str):
+        return None
+
+    def wait(self, stream: str, event) -> None:
+        pass
+
+    def on_side(self):
+        return contextlib.nullcontext()
+
+    def hand(self, tensor: torch.Tensor, stream: str) -> None:
+        pass
+
+
+@functools.cache
+def _side_stream(device: torch.device):
+    return torch.cuda.Stream(device)
+
+
+class CudaStreams:
+    """The two streams ("main", "side"), joined by events as a multi-stream graph capture asks."""
+
+    def __init__(self, device: torch.device):
+        self.streams = {"main": torch.cuda.current_stream(device), "side": _side_stream(device)}
+
+    def mark(self, stream: str):
+        event = torch.cuda.Event()
+        event.record(self.streams[stream])
+        return event
+
+    def wait(self, stream: str, event) -> None:
+        self.streams[stream].wait_event(event)
+
+    def on_side(self):
+        return torch.cuda.stream(self.streams["side"])
+
+    def hand(self, tensor: torch.Tensor, stream: str) -> None:
+        """The allocator must not reuse ``tensor`` before ``stream``'s work on it is done."""
+        tensor.record_stream(self.streams[stream])
+
+
+def streams_for(device: torch.device) -> InOrder | CudaStreams:
+    return CudaStreams(device) if device.type == "cuda" else InOrder()

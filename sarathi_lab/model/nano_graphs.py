@@ -1,31 +1,25 @@
 """CUDA graphs of cut batches: a cut per mixed bucket, a graph per pair of prefill tiles."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from sarathi_lab.attention import AttentionMetadata
-from sarathi_lab.model.graph_key import Graph
 from sarathi_lab.model.nano_batch import NanoBatch, OverlapRule
 
 if TYPE_CHECKING:
     from sarathi_lab.model.runner import PreparedBatch
 
 
-class GraphOwner(Protocol):
-    """What the cut graphs share of their owner (cuda_graphs.CudaGraphs, which imports this)."""
-    buckets: list[int]
-    backend: object
-    positions: torch.Tensor
-    slots: torch.Tensor
-    num_heads: int
-    k_cache: object
-    plans: dict
-
-    def _fewest(self, sizes: list[int], size: int) -> int: ...
-
-    def _prefill_tiles(self, tokens: int, requests: int, fewest: int) -> list: ...
+class Graph(NamedTuple):
+    """The key of a captured forward in cuda_graphs.py's table, whole or cut."""
+    decode: bool
+    tokens: int
+    requests: int
+    prefill_tiles: object = None  # a cut graph's: its two nano-batches'
+    pod: bool = False
+    cut: int = 0  # the first nano-batch's tokens; 0: the batch runs whole
 
 
 def bucket_cut(rule: OverlapRule, bucket: int) -> int | None:
@@ -41,7 +35,7 @@ def part_sizes(graph: Graph, max_batch: int) -> tuple[tuple[int, int], tuple[int
 
 
 class PartBuffers:
-    """A nano-batch's metadata as its graphs read it; positions and slots view the batch's."""
+    """A batch's or a nano-batch's metadata as its graphs read it."""
 
     def __init__(self, requests: int, max_blocks: int, split_counts: torch.Tensor):
         dev, i32 = split_counts.device, torch.int32
@@ -50,32 +44,40 @@ class PartBuffers:
         self.block_tables = torch.zeros(requests, max_blocks, dtype=i32, device=dev)
         self.split_counts = split_counts
 
+    def meta(self, slots: torch.Tensor, requests: int, plan,
+             decode_starts: torch.Tensor | None = None) -> AttentionMetadata:
+        """What a graph captures: host values fixed, none read by its launches; decodes' query
+        starts are ``decode_starts``, fixed too."""
+        n, decode = slots.shape[0], decode_starts is not None
+        starts = decode_starts if decode else self.query_start_loc
+        return AttentionMetadata(
+            num_prefills=0 if decode else requests, num_decodes=requests if decode else 0,
+            num_prefill_tokens=0 if decode else n, query_start_loc=starts[: requests + 1],
+            seq_lens=self.seq_lens[:requests], block_tables=self.block_tables[:requests],
+            slot_mapping=slots, query_lens_host=[int(decode)] * requests,
+            seq_lens_host=[0] * requests, max_query_len=1 if decode else n, plan=plan)
+
     def padded(self, tokens: slice, requests: int, positions: torch.Tensor, slots: torch.Tensor,
                plan) -> NanoBatch:
-        """The nano-batch a graph captures: its host values fixed, none read by its launches."""
-        n = tokens.stop - tokens.start
-        meta = AttentionMetadata(
-            num_prefills=requests, num_decodes=0, num_prefill_tokens=n,
-            query_start_loc=self.query_start_loc[: requests + 1],
-            seq_lens=self.seq_lens[:requests], block_tables=self.block_tables[:requests],
-            slot_mapping=slots[tokens], query_lens_host=[0] * requests,
-            seq_lens_host=[0] * requests, max_query_len=n, plan=plan)
-        return NanoBatch(tokens, positions[tokens], meta)
+        """A nano-batch's positions and slots view the whole batch's."""
+        return NanoBatch(tokens, positions[tokens], self.meta(slots[tokens], requests, plan))
 
-    def load(self, meta: AttentionMetadata, requests: int) -> None:
+    def load(self, meta: AttentionMetadata, requests: int, decode: bool = False) -> None:
         """``meta``'s values; the graph's padded requests read no cache and hold no query."""
         n, width = meta.num_prefills + meta.num_decodes, meta.block_tables.shape[1]
-        self.query_start_loc[: n + 1].copy_(meta.query_start_loc, non_blocking=True)
-        self.query_start_loc[n + 1 : requests + 1].fill_(sum(meta.query_lens_host))
+        if not decode:
+            self.query_start_loc[: n + 1].copy_(meta.query_start_loc, non_blocking=True)
+            self.query_start_loc[n + 1 : requests + 1].fill_(sum(meta.query_lens_host))
         self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
         self.seq_lens[n:requests].fill_(0)
+        # Entries past a request's context are never read: the rest of its row may stay stale.
         self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
 
 
 class NanoGraphs:
     """The cut graphs of ``owner`` (a CudaGraphs, sharing buffers); none unless ``rule`` cuts."""
 
-    def __init__(self, owner: GraphOwner, rule: OverlapRule, max_batch: int, max_blocks: int):
+    def __init__(self, owner, rule: OverlapRule, max_batch: int, max_blocks: int):
         self.owner, self.max_batch = owner, max_batch
         self.graphs = []
         for bucket in owner.buckets:

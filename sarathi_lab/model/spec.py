@@ -1,6 +1,5 @@
-"""A decoder's architecture as plain data under Hugging Face's attribute names, so readers take it
-or a transformers config alike; a run that builds no model (the simulator) never imports
-transformers."""
+"""A decoder's architecture as plain data under Hugging Face's attribute names: readers take it or a
+transformers config alike, and the simulator never imports transformers."""
 from __future__ import annotations
 
 from dataclasses import dataclass

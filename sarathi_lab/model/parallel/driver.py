@@ -13,15 +13,15 @@ from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
 from sarathi_lab.model.parallel import spawn
-from sarathi_lab.model.parallel.chain import wait_all
 from sarathi_lab.model.parallel.group import (
     BUILD_TIMEOUT_S,
     RankGroup,
     bounded,
     engine_groups,
     free_port,
-    join,
+    join_torchrun,
     torchrun_rank,
+    wait_all,
 )
 from sarathi_lab.model.parallel.pipelined import PipelineParallelExecutor
 from sarathi_lab.model.parallel.rank import RankPart, RankSpec, build_rank, run_step
@@ -44,7 +44,7 @@ def ranks(size: int) -> RankGroup:
         if world != size:
             raise ConfigError(f"tensor_parallel={size} is invalid (with pipeline_parallel, the "
                               f"ranks): torchrun started {world} ranks; allowed: {world}")
-        _ranks = join(rank, size, "env://", int(os.environ.get("LOCAL_RANK", rank)))
+        _ranks = join_torchrun(rank)
     else:
         # Gloo meets on the loopback interface only: the ranks are this machine's processes.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

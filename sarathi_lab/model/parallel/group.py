@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from sarathi_lab.host_features import usable_cores
+from sarathi_lab.model.configs import first_line
 
 # The driver may idle between generate calls; one that dies closes its connections at once.
 CONTROL_TIMEOUT = timedelta(days=7)
@@ -71,7 +72,7 @@ class RankGroup:
 
     def failure(self, error: BaseException, timeout_s: float) -> RuntimeError:
         """Torchrun's agent names its own dead ranks."""
-        why = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        why = first_line(error)[:300]
         dead = self.dead_ranks(wait_s=1.0)
         if dead:
             who = ", ".join(f"rank {rank} (exit code {code})" for rank, code in dead)
@@ -88,6 +89,11 @@ def join(rank: int, size: int, init_method: str | None = None, local_rank: int |
                             world_size=size, timeout=timedelta(seconds=JOIN_TIMEOUT_S))
     control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
     return RankGroup(rank, size, rank if local_rank is None else local_rank, control)
+
+
+def join_torchrun(rank: int) -> RankGroup:
+    return join(rank, int(os.environ["WORLD_SIZE"]), "env://",
+                int(os.environ.get("LOCAL_RANK", rank)))
 
 
 @dataclass(frozen=True)
@@ -116,3 +122,39 @@ def engine_groups(group: RankGroup, device_type: str, timeout_s: float, tp: int)
 def threads_per_rank(size: int, num_threads: int | None) -> int:
     here = int(os.environ.get("LOCAL_WORLD_SIZE", size)) if torchrun_rank() is not None else size
     return num_threads or max(1, usable_cores() // here)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A pipeline engine's commands pass point to point: a broadcast would wait for the busiest
+    stage. Each rank forwards a command to rank r + tp in order; the last stage's first rank
+    returns logits."""
+    rank: int
+    tp: int
+    size: int
+
+    @property
+    def source(self) -> int:
+        return 0 if self.rank < self.tp else self.rank - self.tp
+
+    @property
+    def targets(self) -> list[int]:
+        peers = list(range(1, self.tp)) if self.rank == 0 else []
+        return peers + ([self.rank + self.tp] if self.rank + self.tp < self.size else [])
+
+    @property
+    def logits_sender(self) -> int:
+        return self.size - self.tp
+
+    def forward(self, tensor: torch.Tensor, group) -> list:
+        """Each send held with its tensor, which must not change until waited for."""
+        return [(dist.isend(tensor, dst, group=group), tensor) for dst in self.targets]
+
+    def receive(self, tensor: torch.Tensor, group) -> torch.Tensor:
+        dist.recv(tensor, src=self.source, group=group)
+        return tensor
+
+
+def wait_all(works: list, timeout_s: float) -> None:
+    for work, _ in works:
+        bounded(work, timeout_s)

@@ -1,6 +1,5 @@
-"""Rank 0 of a pipeline engine: submits each micro-batch without waiting for those before it and
-collects logits from the last stage in order. Every wait is bounded by collective_timeout_s; a
-failure gives the ranks up with an error naming them."""
+"""Rank 0 of a pipeline engine: micro-batches submitted without waiting for those before, logits
+collected in order; every wait bounded by collective_timeout_s."""
 from __future__ import annotations
 
 from collections import deque
@@ -14,10 +13,8 @@ import torch.distributed as dist
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import PipelineExecutor, StepOutput
-from sarathi_lab.model.parallel.chain import wait_all
-from sarathi_lab.model.parallel.group import RankGroup, bounded
-from sarathi_lab.model.parallel.rank import RankPart, run_stage
-from sarathi_lab.model.parallel.timeline import FIELDS, timeline_frame
+from sarathi_lab.model.parallel.group import RankGroup, bounded, wait_all
+from sarathi_lab.model.parallel.rank import FIELDS, RankPart, run_stage
 from sarathi_lab.model.parallel.wire import LOGITS, TIMELINE, command, encode
 from sarathi_lab.model.runner import batch_tensors
 from sarathi_lab.model.sampler import Samples
@@ -134,3 +131,13 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
         self._in_flight.clear()
         self._failed = self._give_up(error)
         return self._failed
+
+
+def timeline_frame(per_rank: list[torch.Tensor], tp: int) -> pd.DataFrame:
+    out = pd.concat([pd.DataFrame(rows.numpy(), columns=list(FIELDS))
+                     .assign(rank=rank, stage=rank // tp)
+                     for rank, rows in enumerate(per_rank)], ignore_index=True)
+    for column in ("micro_batch", "tokens", "prefill_tokens"):
+        out[column] = out[column].astype("int64")
+    return out.sort_values(["stage", "rank", "micro_batch"],
+                           ignore_index=True)[["rank", "stage", *FIELDS]]

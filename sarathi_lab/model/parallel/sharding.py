@@ -1,6 +1,5 @@
-"""Which part of every weight a tensor-parallel rank holds, Megatron-style; KV heads fewer than the
-ranks are replicated on the ranks whose query heads share them. The one home of the split: shapes,
-the memory plan and the weights all follow from TensorShards."""
+"""Which part of every weight a tensor-parallel rank holds, Megatron-style (KV heads fewer than the
+ranks replicated): the one home of the split, for shapes, the memory plan and the weights."""
 from __future__ import annotations
 
 import copy
@@ -97,19 +96,13 @@ class TensorShards:
 
         kind = name.split(".")[-2] if "." in name else name
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        if kind == "qkv_proj":  # weight [q + 2 kv, hidden] or bias [q + 2 kv]
-            qs, ks, vs = full.split([q, kv, kv])
-            return torch.cat([qs[self.q_rows()], ks[self.kv_rows()], vs[self.kv_rows()]])
-        if kind == "gate_up_proj":
-            gate, up = full.chunk(2)
-            return torch.cat([gate[self.mlp_rows()], up[self.mlp_rows()]])
-        if kind == "o_proj":
-            return full[:, self.q_rows()]
-        if kind == "down_proj":
-            return full[:, self.mlp_rows()]
-        if kind == "lm_head":
-            return full[self.vocab_rows()]
-        return full
+        fused = {"qkv_proj": [q, kv, kv], "gate_up_proj": [self.intermediate] * 2}
+        if kind in fused:  # weight [q + 2 kv, hidden] or bias [q + 2 kv]; gate and up
+            return torch.cat([self.shard_part(kind, i, part)
+                              for i, part in enumerate(full.split(fused[kind]))])
+        if kind in ("o_proj", "down_proj"):
+            return full[:, self.q_rows() if kind == "o_proj" else self.mlp_rows()]
+        return full[self.vocab_rows()] if kind == "lm_head" else full
 
     def shard_part(self, fused: str, index: int, full: torch.Tensor) -> torch.Tensor:
         if fused == "qkv_proj":

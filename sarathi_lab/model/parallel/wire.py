@@ -42,14 +42,10 @@ def encode(prepared: PreparedBatch) -> WireBatch:
     return WireBatch(header, payload)
 
 
-def spans(header: list[int]) -> list[tuple[int, int, torch.dtype]]:
-    tokens, requests = header[TOKENS], header[REQUESTS]
-    return pack_layout([tokens, tokens, tokens, header[LOGITS]],
-                       [requests + 1, requests, requests * header[TABLE_WIDTH]])[0]
-
-
 def decode(header: list[int], payload: torch.Tensor, device: torch.device) -> PreparedBatch:
-    where = spans(header)
+    tokens, requests = header[TOKENS], header[REQUESTS]
+    where = pack_layout([tokens, tokens, tokens, header[LOGITS]],
+                        [requests + 1, requests, requests * header[TABLE_WIDTH]])[0]
     host = unpacked(payload, where)
     flat = payload if device.type == "cpu" else payload.to(device, non_blocking=True)
     input_ids, positions, slots, logits, query_start_loc, seq_lens, tables = (

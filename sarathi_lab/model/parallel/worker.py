@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import gc
-import os
 import time
 
 import torch
 import torch.distributed as dist
 
-from sarathi_lab.model.parallel.chain import wait_all
-from sarathi_lab.model.parallel.group import RankGroup, engine_groups, join, torchrun_rank
+from sarathi_lab.model.parallel.group import (
+    RankGroup,
+    engine_groups,
+    join_torchrun,
+    torchrun_rank,
+    wait_all,
+)
 from sarathi_lab.model.parallel.rank import RankPart, build_rank, run_stage, run_step
 from sarathi_lab.model.parallel.wire import BUILD, HEADER_LEN, NBYTES, OP, STEP, STOP, TIMELINE
 
@@ -18,10 +22,7 @@ LEAVE_TIMEOUT_S = 10.0
 
 
 def from_torchrun() -> None:
-    rank = torchrun_rank()
-    group = join(rank, int(os.environ["WORLD_SIZE"]), "env://",
-                 int(os.environ.get("LOCAL_RANK", rank)))
-    serve(group)
+    serve(join_torchrun(torchrun_rank()))
 
 
 def serve(group: RankGroup) -> None:
