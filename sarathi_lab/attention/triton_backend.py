@@ -59,7 +59,8 @@ class PodLaunch:
 @register_backend("triton")
 class TritonAttention(AttentionBackend):
     """``limits``: the GPU planned for (default: the cache's device; none on a CPU, where nothing
-    splits); ``tiles``/``rule`` (None: the device's tuned table's) are set by tests and sweeps."""
+    splits); ``tiles``, ``rule``, ``co_schedule`` (None: the device's tuned table's) are set by
+    tests and sweeps."""
 
     replayable = True
     devices = ("cuda",)
@@ -68,7 +69,7 @@ class TritonAttention(AttentionBackend):
     def __init__(self, hybrid: str = "sequential", limits=None):
         kernels()
         self.hybrid, self.limits = hybrid, limits
-        self.tiles = self.rule = None
+        self.tiles = self.rule = self.co_schedule = None
         # False: RoPE and the cache write as two launches (the kernel count's "before").
         self.fuse_rope = True
         # Kept across iterations and grown as batches grow: the co-scheduled plan's buffers.
@@ -106,13 +107,15 @@ class TritonAttention(AttentionBackend):
             return k.split_rule.DEFAULT_RULE
 
     def co_schedules(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor) -> bool:
-        """``hybrid="pod"``, prefills beside decodes, and the device table's rule measured that
-        faster at the nearest shape."""
+        """``hybrid="pod"``, prefills beside decodes, and the rule (set, else the device table's)
+        measured that faster at the nearest shape."""
         if self.hybrid != "pod" or not (meta.num_prefills and meta.num_decodes):
             return False
-        table = table_for(k_cache.device)
-        rule = (CoScheduleRule.from_entries(table.co_schedule, table.source) if table.co_schedule
-                else NEVER)
+        rule = self.co_schedule
+        if rule is None:
+            table = table_for(k_cache.device)
+            rule = (CoScheduleRule.from_entries(table.co_schedule, table.source)
+                    if table.co_schedule else NEVER)
         decodes = meta.seq_lens_host[meta.num_prefills:]
         return rule.co_schedules(num_heads // k_cache.shape[2], sum(meta.query_lens_host[:meta.num_prefills]),
                                  len(decodes), sum(decodes) // max(len(decodes), 1))
