@@ -20,15 +20,6 @@ class MeasuredHybrid:
     context: int
     over_sequential: float
 
-    @property
-    def group(self) -> int:
-        return self.heads // self.kv_heads
-
-
-def _distance(m: MeasuredHybrid, chunk: int, decodes: int, context: int) -> float:
-    # Shapes compared in log space: doubling any dimension is one step whichever it is.
-    return sum(abs(math.log2(a / b)) for a, b in ((m.chunk, chunk), (m.decodes, decodes), (m.context, context)))
-
 
 @dataclass(frozen=True)
 class CoScheduleRule:
@@ -38,10 +29,13 @@ class CoScheduleRule:
 
     def co_schedules(self, group: int, chunk_tokens: int, decodes: int, context: int) -> bool:
         """Whether this batch co-schedules: the nearest measured shape of its group was faster."""
-        same = [m for m in self.measured if m.group == group]
+        same = [m for m in self.measured if m.heads // m.kv_heads == group]
         if not same or chunk_tokens < 1 or decodes < 1:
             return False
-        nearest = min(same, key=lambda m: _distance(m, chunk_tokens, decodes, max(context, 1)))
+        shape = (chunk_tokens, decodes, max(context, 1))
+        # Shapes compared in log space: doubling any dimension is one step whichever it is.
+        nearest = min(same, key=lambda m: sum(abs(math.log2(a / b)) for a, b in
+                                              zip((m.chunk, m.decodes, m.context), shape)))
         return nearest.over_sequential < 1.0
 
     @classmethod
@@ -55,10 +49,6 @@ NEVER = CoScheduleRule()
 
 def entries_from_rows(rows: list[dict]) -> list[dict]:
     """A table's ``co_schedule`` entries from hybrid_attention.csv: pod over sequential."""
-    out = []
-    for row in rows:
-        if row.get("pod_ms") and row.get("sequential_ms"):
-            out.append({"heads": int(row["heads"]), "kv_heads": int(row["kv_heads"]), "chunk": int(row["chunk"]),
-                        "decodes": int(row["decodes"]), "context": int(row["context"]),
-                        "over_sequential": round(float(row["pod_ms"]) / float(row["sequential_ms"]), 4)})
-    return out
+    return [{**{key: int(row[key]) for key in ("heads", "kv_heads", "chunk", "decodes", "context")},
+             "over_sequential": round(float(row["pod_ms"]) / float(row["sequential_ms"]), 4)}
+            for row in rows if row.get("pod_ms") and row.get("sequential_ms")]

@@ -60,9 +60,9 @@ def plan_decodes(meta: AttentionMetadata, block_size: int, device: torch.device)
             if blocks:
                 rest[i] = (blocks, tokens)
     if not runs:
-        groups, _ = _groups(meta, list(range(n)), None, block_size, device, additive=False)
+        groups, _ = _groups(meta, list(range(n)), None, block_size, device)
         return DecodePlan(groups, [])
-    groups, members = _groups(meta, sorted(rest), rest, block_size, device, additive=True)
+    groups, members = _groups(meta, sorted(rest), rest, block_size, device)
     owners = [i for rows in members for i in rows] + [i for i, _, _ in runs]
     return DecodePlan(groups, runs, torch.tensor(owners, dtype=torch.long, device=device), single=len(owners) == n)
 
@@ -74,8 +74,8 @@ def _block_runs(table: list[int]):
         yield run[0], run[-1]
 
 
-def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int, device,
-            additive: bool) -> tuple[list[DecodeGroup], list[list[int]]]:
+def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int,
+            device) -> tuple[list[DecodeGroup], list[list[int]]]:
     """Padded gather groups of decodes of similar length; ``rest``: partial blocks to gather."""
     if not rows:
         return [], []
@@ -112,7 +112,7 @@ def _groups(meta: AttentionMetadata, rows: list[int], rest, block_size: int, dev
             member_lens = torch.tensor([length(i) for i in members], device=device)
             mask = (keys[None, :] < member_lens[:, None])[:, None, None, :]
             pad = ~mask.view(len(members), 1, -1, 1)
-            if additive:
+            if rest is not None:
                 mask = torch.zeros(mask.shape, device=device).masked_fill_(~mask, float("-inf"))
         groups.append(DecodeGroup(idx, table, len(members), nblocks, ctx, mask, pad))
         group_members.append(members)

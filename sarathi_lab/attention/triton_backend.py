@@ -1,15 +1,13 @@
-"""Attention through the Triton kernels: one launch a work kind (prefill chunks, decodes) per layer for
-the whole hybrid batch, reading each request's context straight from its paged blocks; the launches
-planned once an iteration from the batch's host lengths, and, for CUDA graphs, captured at their
-largest (attention_plan.py). With ``hybrid="pod"`` a batch of prefills beside decodes runs
-co-scheduled instead (sarathi_kernels/pod_attention.py) where the device's table measured that faster
-at its shape (co_schedule.py). The tiles of each work kind come from the
-device's tuned table where it has them (tuned_kernels.py), the kernels' defaults elsewhere."""
+"""Attention through the Triton kernels: one launch a work kind (prefill chunks, decodes) per layer,
+planned once an iteration from the batch's host lengths (attention_plan.py), with tiles and split
+rule from the device's tuned table where it has them; ``hybrid="pod"`` co-schedules a hybrid batch
+where that table measured it faster (co_schedule.py, sarathi_kernels/pod_attention.py)."""
 from __future__ import annotations
 
 import dataclasses
 import logging
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -25,16 +23,16 @@ _REFUSED_RULES: set[str] = set()
 # The kernels, imported when the backend is first made rather than when it registers: Triton is the
 # gpu extra's, and a CPU install without it still lists this backend.
 # The kernels called by name are module globals, as a test's spy replaces them.
-k = None  # the kernels' namespace (_Kernels), once imported
+k = None  # the kernels' namespace, once imported
 write_kv_cache = paged_attention = rope_write_kv = pod_attention = None
 
 
-class _Kernels:
-    """What this backend calls in sarathi_kernels, imported together."""
-
-    def __init__(self):
+def kernels() -> SimpleNamespace:
+    global k, write_kv_cache, paged_attention, rope_write_kv, pod_attention
+    if k is None:
         try:
-            from sarathi_kernels import attention_plan, occupancy, pod_attention, pod_plan, split_merge, split_rule
+            from sarathi_kernels import attention_plan, occupancy, pod_plan, split_merge, split_rule
+            from sarathi_kernels import pod_attention as pod
             from sarathi_kernels.kv_cache import write_kv_cache
             from sarathi_kernels.paged_attention import paged_attention
             from sarathi_kernels.rope_kv import rope_write_kv
@@ -43,17 +41,9 @@ class _Kernels:
                 raise
             raise ModuleNotFoundError('attention=triton needs Triton, which is not installed: pip install -e '
                                       '".[gpu]" (or attention=torch)', name="triton") from None
-        self.plan, self.occupancy, self.pod, self.pod_plan = attention_plan, occupancy, pod_attention, pod_plan
-        self.split_merge, self.split_rule = split_merge, split_rule
-        self.write_kv_cache, self.paged_attention, self.rope_write_kv = write_kv_cache, paged_attention, rope_write_kv
-
-
-def kernels() -> _Kernels:
-    global k, write_kv_cache, paged_attention, rope_write_kv, pod_attention
-    if k is None:
-        k = _Kernels()
-        write_kv_cache, paged_attention, rope_write_kv = k.write_kv_cache, k.paged_attention, k.rope_write_kv
-        pod_attention = k.pod.pod_attention
+        k = SimpleNamespace(plan=attention_plan, occupancy=occupancy, pod=pod, pod_plan=pod_plan,
+                            split_merge=split_merge, split_rule=split_rule)
+        pod_attention = pod.pod_attention
     return k
 
 
@@ -68,23 +58,20 @@ class PodLaunch:
 
 @register_backend("triton")
 class TritonAttention(AttentionBackend):
-    """``tiles``/``rule``: the tiles of each work kind and the split rule (default: the device's tuned
-    table over attention_plan's tiles and split_rule's rule); ``limits``: the GPU planned for (default:
-    the cache's device; none on a CPU, where nothing splits); ``co_schedule``: which hybrid batches run
-    co-scheduled under ``hybrid="pod"`` (default: the device's table's rule, else none)."""
+    """``limits``: the GPU planned for (default: the cache's device; none on a CPU, where nothing
+    splits); ``tiles``, ``rule``, ``co_schedule`` (None: the device's tuned table's) are set by
+    tests and sweeps."""
 
     replayable = True
     devices = ("cuda",)
     preferred_on = ("cuda",)
 
-    def __init__(self, hybrid: str = "sequential", fuse_rope: bool = True, tiles=None, rule=None, limits=None,
-                 co_schedule: CoScheduleRule | None = None):
+    def __init__(self, hybrid: str = "sequential", limits=None):
         kernels()
-        self.hybrid, self.co_schedule = hybrid, co_schedule
+        self.hybrid, self.limits = hybrid, limits
+        self.tiles = self.rule = self.co_schedule = None
         # False: RoPE and the cache write as two launches (the kernel count's "before").
-        self.fuse_rope = fuse_rope
-        self.tiles, self.limits = tiles, limits
-        self.rule = rule
+        self.fuse_rope = True
         # Kept across iterations and grown as batches grow: the co-scheduled plan's buffers.
         self._work = None
 
@@ -92,20 +79,17 @@ class TritonAttention(AttentionBackend):
         return self.limits if self.limits is not None else k.occupancy.device_limits(k_cache.device)
 
     def _tiles(self, k_cache: torch.Tensor):
-        """The work kinds' tiles: given ones, else the kernels' defaults with what the device's tuned
-        table sets for each kind (None: the defaults, as attention_plan takes them)."""
+        """Given ones, else the kernels' defaults with the device table's (None: the defaults)."""
         if self.tiles is not None:
             return self.tiles
         table = table_for(k_cache.device)
         if not table.attention:
             return None
         base = k.plan.default_tiles(k_cache.element_size())
-
-        def tuned(config, kind: str):
-            set_ = table.tiles(kind).launch_kwargs()
-            return dataclasses.replace(config, **set_) if set_ else config
-        return k.plan.WorkTiles(decode=tuned(base.decode, "decode"), prefill=tuned(base.prefill, "prefill"),
-                                tall_prefill=base.tall_prefill)
+        tuned = {kind: table.tiles(kind).launch_kwargs() for kind in ("decode", "prefill")}
+        decode, prefill = (dataclasses.replace(getattr(base, kind), **launch)
+                           for kind, launch in tuned.items())
+        return k.plan.WorkTiles(decode=decode, prefill=prefill, tall_prefill=base.tall_prefill)
 
     def _rule(self, k_cache: torch.Tensor):
         """The given rule, else the device's tuned table's (split_rule's defaults where it has none)."""
@@ -123,22 +107,21 @@ class TritonAttention(AttentionBackend):
             return k.split_rule.DEFAULT_RULE
 
     def co_schedules(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor) -> bool:
-        """Whether this batch's attention runs co-scheduled: ``hybrid="pod"``, prefills beside decodes,
-        and the rule (given, else the device table's) measured that faster at the nearest shape."""
+        """``hybrid="pod"``, prefills beside decodes, and the rule (set, else the device table's)
+        measured that faster at the nearest shape."""
         if self.hybrid != "pod" or not (meta.num_prefills and meta.num_decodes):
             return False
         rule = self.co_schedule
         if rule is None:
             table = table_for(k_cache.device)
-            rule = CoScheduleRule.from_entries(table.co_schedule, table.source) \
-                if table.co_schedule else NEVER
+            rule = (CoScheduleRule.from_entries(table.co_schedule, table.source)
+                    if table.co_schedule else NEVER)
         decodes = meta.seq_lens_host[meta.num_prefills:]
         return rule.co_schedules(num_heads // k_cache.shape[2], sum(meta.query_lens_host[:meta.num_prefills]),
                                  len(decodes), sum(decodes) // max(len(decodes), 1))
 
     def batch_plan(self, meta: AttentionMetadata, num_heads: int, k_cache: torch.Tensor):
-        """The batch's launches, from its host lengths, planned once (kept on ``meta.plan``); a CUDA
-        graph's captured batch holds its graph's plan there instead."""
+        """Planned once from the host lengths, kept on ``meta.plan`` (a graph's: the graph's)."""
         if not isinstance(meta.plan, k.plan.AttentionPlan):
             meta.plan = self._plan_lengths(meta.query_lens_host, meta.seq_lens_host, meta.num_prefills,
                                            num_heads, k_cache)
@@ -155,8 +138,7 @@ class TritonAttention(AttentionBackend):
 
     def graph_plan(self, tokens: int, requests: int, num_heads: int, k_cache: torch.Tensor, *, max_seq_len: int,
                    prefill_tiles, fewest_tokens: int, fewest_decodes: int, split_counts: torch.Tensor):
-        """The launches a CUDA graph captures (attention_plan.plan_graph), reading their split counts
-        from ``split_counts`` (``graph_split_counts``)."""
+        """The launches a CUDA graph captures, split counts read from ``split_counts``."""
         return k.plan.plan_graph(tokens, requests, num_heads, k_cache.shape[2], max_seq_len=max_seq_len,
                                  prefill_tiles=prefill_tiles, fewest_tokens=fewest_tokens,
                                  fewest_decodes=fewest_decodes, element_size=k_cache.element_size(),
@@ -164,8 +146,7 @@ class TritonAttention(AttentionBackend):
                                  split_counts=split_counts)
 
     def prefill_tile_choices(self, num_heads: int, k_cache: torch.Tensor):
-        """Every prefill tile a batch's plan may ask for, each with the fewest tokens of the batch's
-        longest chunk that ask for it, ascending."""
+        """Each prefill tile a plan may ask for, with the fewest longest-chunk tokens asking it."""
         return k.plan.prefill_tile_choices(num_heads, k_cache.shape[2], k_cache.element_size(), self._tiles(k_cache))
 
     @staticmethod
@@ -174,10 +155,8 @@ class TritonAttention(AttentionBackend):
 
     @staticmethod
     def set_split_counts(split_counts: torch.Tensor, plan, graph=None) -> None:
-        """A replay's split counts and requests (``plan``'s, the batch's eager plan) into its graph's
-        device integers, and its balanced work into the buffers of ``graph`` (the graph's plan):
-        a captured balanced launch this batch has no work for is emptied, lest it rerun the last
-        one's."""
+        """A replay's split counts (its eager ``plan``'s) into its graph's device integers, its
+        balanced work into ``graph``'s buffers: one it has no work for is emptied, lest it rerun."""
         for slot, values in enumerate(plan.device_rows()):
             split_counts[slot].copy_(kernels().split_merge.plan_row(split_counts.device, values), non_blocking=True)
         pairs = ((graph.prefill, plan.prefill), (graph.decode, plan.decode)) if graph else ()
@@ -208,8 +187,7 @@ class TritonAttention(AttentionBackend):
                                 k_cache.shape[3], k_cache.element_size(), k_cache.device)
 
     def _pod(self, query: torch.Tensor, k_cache: torch.Tensor, meta: AttentionMetadata) -> PodLaunch:
-        """The iteration's co-scheduled plan: made by its first layer from the host's lengths, reused by
-        the others."""
+        """The iteration's co-scheduled plan: made by its first layer, reused by the others."""
         if isinstance(meta.plan, PodLaunch):
             return meta.plan
         plan, warps = self._pod_plan(meta, query.shape[1], k_cache)
@@ -224,10 +202,8 @@ class TritonAttention(AttentionBackend):
         return meta.plan
 
     def graph_pod(self, tokens: int, requests: int, num_heads: int, k_cache: torch.Tensor) -> PodLaunch:
-        """A CUDA graph's co-scheduled launch: its own work buffers, with room for any batch of up to
-        ``tokens`` tokens over ``requests`` requests; each replay loads its batch's plan into them
-        (``load_pod``). The grid (a program per lane of every SM) and the tiles are the same for every
-        batch of one model on one device, so one capture serves them all."""
+        """A CUDA graph's co-scheduled launch, with buffers for any batch of up to ``tokens`` over
+        ``requests`` (``load_pod`` fills them): grid and tiles are the same for every batch."""
         plan, warps = k.pod.plan_batch([], [], num_heads, k_cache.shape[2], k_cache.shape[3],
                                        k_cache.element_size(), k_cache.device)
         capacity = k.pod_plan.item_capacity(tokens, requests, k_cache.shape[2], plan.tiles)

@@ -63,14 +63,11 @@ class ScheduledBatch:
 
     @property
     def decode_contexts(self) -> tuple[int, ...]:
-        if self._sampled is None:  # read several times an iteration: freeze is called only once
-            self.freeze()
-        return self._decode_contexts
+        return self.freeze()._decode_contexts
 
     @property
     def sampled(self) -> tuple[Sequence, ...]:
-        sampled = self._sampled
-        return sampled if sampled is not None else self.freeze()._sampled
+        return self.freeze()._sampled
 
     @functools.cached_property
     def chunks(self) -> tuple[ScheduledChunk, ...]:

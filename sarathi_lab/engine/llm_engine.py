@@ -44,15 +44,17 @@ class LLMEngine:
         self.metrics.requests.append(record)
         self.scheduler.add(seq)
 
-    def step(self) -> IterationRecord | None:
-        clock = self.clock
-        start = clock.now()
+    def _schedule(self) -> tuple[ScheduledBatch, float, float]:
+        """The batch, when scheduling it began and how long it took."""
+        start = self.clock.now()
         batch = self.scheduler.schedule()
-        scheduled = clock.now()
+        return batch, start - self._t0, self.clock.now() - start
+
+    def step(self) -> IterationRecord | None:
+        batch, t_start, schedule_s = self._schedule()
         if not batch:
             return None
-        out = self.executor.execute(batch)
-        return self.finish(batch, out, start - self._t0, scheduled - start)
+        return self.finish(batch, self.executor.execute(batch), t_start, schedule_s)
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
         """A pipeline submits while it has room, else collects the oldest (as vLLM's does)."""
@@ -60,15 +62,12 @@ class LLMEngine:
         if in_flight is None:
             record = self.step() if scheduler.has_work() else None
             return record is not None, record
-        clock = self.clock
         if len(in_flight) < self.executor.depth and scheduler.has_work():
-            start = clock.now()
-            batch = scheduler.schedule()
-            scheduled = clock.now()
+            batch, t_start, schedule_s = self._schedule()
             if batch:
                 self.executor.submit(batch)
                 scheduler.in_flight.update(_request_ids(batch))
-                in_flight.append((batch, start - self._t0, scheduled - start))
+                in_flight.append((batch, t_start, schedule_s))
                 return True, None
         if not in_flight:
             return False, None

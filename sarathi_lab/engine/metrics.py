@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field, fields
-from itertools import chain
+from itertools import accumulate, chain
 
 import numpy as np
 
@@ -116,11 +116,9 @@ class SLO:
 def token_gaps(requests: list[RequestRecord]) -> list[np.ndarray]:
     lengths = [len(r.token_times) for r in requests]
     flat = np.fromiter(chain.from_iterable(r.token_times for r in requests), float, sum(lengths))
-    diffs, gaps, start = np.diff(flat), [], 0
-    for n in lengths:
-        gaps.append(diffs[start:start + max(n - 1, 0)])
-        start += n
-    return gaps
+    diffs = np.diff(flat)
+    starts = accumulate([0, *lengths])
+    return [diffs[start:start + max(n - 1, 0)] for start, n in zip(starts, lengths)]
 
 
 def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, float]:

@@ -47,8 +47,7 @@ class SLOGuard:
             self._seen = len(requests)
             self._unscheduled += new
             self._active += new
-        for record in iterations[self._iterations_seen:]:
-            self._uncounted_gaps += record.num_prefill_requests + record.num_decode_requests
+        self._uncounted_gaps += sum(r.num_requests for r in iterations[self._iterations_seen:])
         self._iterations_seen = len(iterations)
         if (slo.sched_delay_p50_s is not None
                 and self._late + len(self._unscheduled) >= self._late_needed):

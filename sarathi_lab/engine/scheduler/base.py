@@ -39,7 +39,9 @@ class SchedulerConfig:
     reads_as: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self):
-        check_fields(self, positive=True, keys=self.key, held=self.held())
+        # The engine's settings it reads were checked as EngineConfig's: only its knobs here.
+        engine = {f.name for f in settings_of(type(self))} - set(self.knobs())
+        check_fields(self, positive=True, keys=self.key, held=engine)
 
     def key(self, name: str) -> str:
         return SETTING(self.reads_as.get(name, name))
@@ -59,10 +61,6 @@ class SchedulerConfig:
     @property
     def chunk_alignment(self) -> str:
         return "none"
-
-    @classmethod
-    def held(cls) -> frozenset[str]:
-        return frozenset(f.name for f in settings_of(cls)) - set(cls.knobs())
 
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
