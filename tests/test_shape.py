@@ -49,7 +49,13 @@ def test_a_plain_mlp_counts_one_up_projection_as_transformers_builds_phi():
     shape = Shape.of(config)
     assert not shape.gated and shape.layer_linear_params == linear
     assert shape.gemms["gate_up_proj"] == (256, 1024)
-    assert RooflineCostModel(load_device("a100"), config).gemms == shape.gemms
+    # The roofline costs exactly these GEMMs: one up projection of 256 x 1024, no gate beside it.
+    roofline = RooflineCostModel(load_device("a100"), config)
+    ops = roofline.iteration_cost([(64, 64)]).ops
+    layers = config.num_hidden_layers
+    assert ops["gate_up_proj"] == layers * roofline.gemm_s(64, 256, 1024)
+    assert {k: v for k, v in ops.items() if k.endswith("_proj")} == {
+        name: layers * roofline.gemm_s(64, k, n) for name, (k, n) in shape.gemms.items()}
 
 
 def test_whether_an_mlp_is_gated_follows_the_model_type_not_only_the_activation():
