@@ -32,3 +32,9 @@ def label(chunk: int, decodes: int, context: int | None = None) -> str:
     """``b=18``, or ``c=256+b=17`` with a chunk; ``,ctx=3072`` at a context other than SHAPES'."""
     name = f"c={chunk}+b={decodes}" if chunk else f"b={decodes}"
     return name if context is None else f"{name},ctx={context}"
+
+
+def engine_ms(metrics: dict[str, float], key: str) -> float | None:
+    """The forward as the engine ran it (its graph's replay where it holds one): ``engine_ms[key]``;
+    older leases recorded it, for decodes only, as ``graph_ms[key]``."""
+    return metrics.get(f"graph_ms[{key}]", metrics.get(f"engine_ms[{key}]"))

@@ -173,7 +173,7 @@ def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
 def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     """Launch-step forwards, eager and as the engine runs them (a graph's replay: GPU work alone),
     against each model."""
-    from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, label
+    from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, engine_ms, label
 
     model, dtype, context, _, cases = SHAPES["cuda"]
     # Each chunk follows its prompt's cached part, so that chunk + cache fills the context.
@@ -189,10 +189,7 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
         if profile_path(device, model).is_file():
             cms["profile"] = CostModel.for_device(device, model, "profile", dtype)
         for chunk, decodes, ctx, key in shapes:
-            # Older leases name the replayed forward graph_ms; newer ones engine_ms (the same
-            # forward, replayed where the engine holds a graph for it).
-            graph = measured.get(f"graph_ms[{key}]", measured.get(f"engine_ms[{key}]"))
-            if graph is None:
+            if (graph := engine_ms(measured, key)) is None:
                 continue
             row = {"device": device, "lease": lease, "model": model, "chunk": chunk,
                    "batch": decodes, "context": ctx, "eager_ms": measured.get(f"eager_ms[{key}]"),
