@@ -17,7 +17,7 @@ from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import load_runs
 from sarathi_lab.harness.schema import LoggerCfg
 from sarathi_lab.harness.wandb_logger import HISTORY_PREFIX, TIME_AXIS, resolve_mode
-from tests.wandb_records import parse_records, read_offline_run
+from tests.wandb_records import inspect_summary, parse_records, read_offline_run
 
 RUN = ["experiment=smoke", "workload.num_requests=2", "seq_len=48", "pd_ratio=5", "chunk=16", "tags=[paper]"]
 
@@ -73,6 +73,13 @@ def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capf
     saved = {p.name for p in (out / "wandb").glob("offline-run-*/files/*")}
     assert {"metrics.json", "iterations.parquet", "requests.parquet"} <= saved, "the run's files, for the W&B API"
     assert len(load_runs(out)) == 1, "W&B's copy of metrics.json is not a second run"
+    # As W&B itself reads the run: whole-run metrics only, none of the last iteration's values, and
+    # _runtime the run's duration (opened as the run began), not the seconds the logging took.
+    seen = inspect_summary(out / "wandb")
+    assert seen["state"] == "finished"
+    assert not [k for k in seen["summary"] if k.startswith(HISTORY_PREFIX)], "iterations stay in the history"
+    assert seen["summary"]["mean_ttft_ms"] == pytest.approx(metrics["summary"]["mean_ttft_ms"])
+    assert seen["summary"]["_runtime"] >= metrics["wall_time_s"]
     assert_a_torn_read_yields_the_records_written_so_far(next((out / "wandb").rglob("run-*.wandb")))
 
 
