@@ -53,13 +53,14 @@ def main(cfg: DictConfig) -> None:
     from sarathi_lab.harness.interrupts import Interrupted
     from sarathi_lab.harness.results import STATUS
     from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure
+    from sarathi_lab.harness.wandb_logger import sweep_group
 
     hc = HydraConfig.get()
     # A sweep's failed job is recorded and the sweep goes on.
     multirun = hc.mode == RunMode.MULTIRUN
     name = cfg.get("name", "run")
     ctx = RunContext(output_dir=Path(hc.runtime.output_dir), overrides=list(hc.overrides.task),
-                     group=f"{name}-{Path(hc.sweep.dir).name}" if multirun else None,
+                     group=sweep_group(name, hc.sweep.dir) if multirun else None,
                      hydra_record={"config.yaml": cfg,
                                    "hydra.yaml": OmegaConf.create({"hydra": hc}),
                                    "overrides.yaml": OmegaConf.create(list(hc.overrides.task))},

@@ -69,13 +69,13 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            self._report(Path(config.hydra.sweep.dir))
+            self._report(Path(config.hydra.sweep.dir), config)
         finally:
             if self._lock is not None:
                 os.close(self._lock)
                 self._lock = None
 
-    def _report(self, sweep_dir: Path) -> None:
+    def _report(self, sweep_dir: Path, config: DictConfig | None = None) -> None:
         jobs = summarize_sweep(sweep_dir, since=self._start)
         move_stale(sweep_dir, set(jobs))
         summary, table_path = sweep_dir / SWEEP_SUMMARY, sweep_dir / SWEEP_TABLE
@@ -95,6 +95,8 @@ class SweepSummary(Callback):
             log.info("sweep %s:\n%s", table_path, shown)
             for note in [*table_notes(table), *filter(None, [mixed_commits(sweep_dir, jobs)])]:
                 log.warning("%s", note)
+            if config is not None:
+                self._publish(config, sweep_dir, table)
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
         for job_dir, job in failed.items():
@@ -102,6 +104,28 @@ class SweepSummary(Callback):
         if failed:
             # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
             sys.exit(1)
+
+
+    def _publish(self, config: DictConfig, sweep_dir: Path, table: pd.DataFrame) -> None:
+        """The sweep as one view in W&B: its table and figures, a run of the sweep's group."""
+        from sarathi_lab.harness.schema import LoggerCfg
+        from sarathi_lab.harness.wandb_logger import log_sweep, sweep_group
+
+        logger = LoggerCfg(**OmegaConf.to_container(config.logger, resolve=True))
+        if logger.kind == "none":
+            return
+        name = str(config.get("name", "run"))
+        try:
+            drawn = self.figures(name, sweep_dir, table)
+        except Exception as e:  # noqa: BLE001 - a figure never fails a sweep whose runs are saved
+            log.warning("no figure of sweep %s: %s: %s", sweep_dir, type(e).__name__, e)
+            drawn = {}
+        log_sweep(logger, sweep_dir, name, sweep_group(name, sweep_dir), table, drawn,
+                  duration_s=time.time() - self._start)
+
+    def figures(self, name: str, sweep_dir: Path, table: pd.DataFrame) -> dict[str, Path]:
+        """{W&B key: PNG}; none here: the analysis layer draws them (analysis/sweep_report.py)."""
+        return {}
 
 
 def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:

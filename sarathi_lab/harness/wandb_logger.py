@@ -107,6 +107,64 @@ def log_to_wandb(cfg: LoggerCfg, run: WandbRun) -> None:
     WandbSession(cfg).log(run)
 
 
+def sweep_group(name: str, sweep_dir: Path) -> str:
+    """The W&B group of a sweep's runs and of its report."""
+    return f"{name}-{Path(sweep_dir).name}"
+
+
+# The sweep's own W&B run: its report beside its jobs' runs, in their group.
+SWEEP_JOB_TYPE = "sweep"
+SWEEP_TABLE_KEY = "sweep_summary"
+FIGURE_PREFIX = "figure/"
+
+
+def log_sweep(cfg: LoggerCfg, sweep_dir: Path, name: str, group: str, table: pd.DataFrame,
+              figures: dict[str, Path], duration_s: float) -> None:
+    """The sweep's table (sweep_summary.csv) as a W&B table and its figures as W&B images, in a
+    run of the sweep's group; its summary says how many jobs ended how, and how long this launch
+    took (``sweep_duration_s``; its own _runtime is the logging's: one W&B run open through the
+    sweep would end each job's, as a process holds one run at a time)."""
+    if cfg.kind == "none":
+        return
+    try:
+        import wandb
+
+        counts = table.status.value_counts().to_dict() if "status" in table else {}
+        wb = _init(cfg, WandbName(run_dir=sweep_dir, name=f"{name} sweep {Path(sweep_dir).name}",
+                                  group=group, job_type=SWEEP_JOB_TYPE, tags=[name, SWEEP_JOB_TYPE],
+                                  config={"name": name, "sweep_dir": str(sweep_dir)}))
+        exit_code = 1
+        try:
+            wb.log({SWEEP_TABLE_KEY: wandb.Table(dataframe=_table_cells(table)),
+                    **{f"{FIGURE_PREFIX}{key}": wandb.Image(str(path))
+                       for key, path in figures.items()}})
+            wb.summary.update({"jobs": len(table), "sweep_duration_s": duration_s,
+                               **{f"jobs_{k}": int(v) for k, v in counts.items()}})
+            exit_code = 0
+        finally:
+            wb.finish(exit_code=exit_code)
+        if resolve_mode(cfg) == "offline":
+            log.info("the sweep's table and %d figure%s in W&B's group %s, saved offline in %s",
+                     len(figures), "s" * (len(figures) != 1), group, Path(wb.dir).parent)
+    except Exception as e:  # noqa: BLE001 - W&B never fails a sweep whose report is saved
+        _warn(sweep_dir, e)
+
+
+def _table_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """A W&B table's column holds one type: a column of numbers and None as floats and NaN."""
+    import pandas as pd
+
+    out = table.copy()
+    for column in out.columns:
+        numbers = pd.to_numeric(out[column], errors="coerce")
+        if out[column].notna().sum() and numbers.notna().sum() == out[column].notna().sum() \
+                and out[column].map(lambda v: not isinstance(v, bool)).all():
+            out[column] = numbers.astype(float)
+        else:
+            out[column] = out[column].map(lambda v: None if v is None else str(v))
+    return out
+
+
 def _warn(run_dir: Path | None, e: Exception) -> None:
     first_line = (str(e).strip().splitlines() or [""])[0]
     log.warning("W&B logging failed; the results in %s are complete: %s: %s",
