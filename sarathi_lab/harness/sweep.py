@@ -124,7 +124,7 @@ class SweepSummary(Callback):
                   duration_s=time.time() - self._start)
 
     def figures(self, name: str, sweep_dir: Path, table: pd.DataFrame) -> dict[str, Path]:
-        """{W&B key: PNG}; none here: the analysis layer draws them (analysis/sweep_report.py)."""
+        """{W&B key: PNG}; none here: sarathi_lab/sweep_report.py draws them, above the analysis."""
         return {}
 
 
