@@ -13,6 +13,10 @@ _INTERRUPTED = "interrupted ({}) outside a run: no run was started or changed"
 def _interrupted_outside_a_run(signum, frame) -> None:
     # Nothing is half-written yet; a KeyboardInterrupt in a finalizer would be ignored.
     print(_INTERRUPTED.format(signal.Signals(signum).name), file=sys.stderr)
+    # Between a sweep's jobs: how to resume it (the module is loaded once a sweep has started).
+    resume = sys.modules.get("sarathi_lab.harness.sweep_resume")
+    if resume is not None and (line := resume.resume_line()):
+        print(line, file=sys.stderr)
     os._exit(128 + signum)
 
 
@@ -53,6 +57,7 @@ def main(cfg: DictConfig) -> None:
     from sarathi_lab.harness.interrupts import Interrupted
     from sarathi_lab.harness.results import STATUS
     from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure
+    from sarathi_lab.harness.sweep_resume import resume_line
     from sarathi_lab.harness.wandb_logger import sweep_group
 
     hc = HydraConfig.get()
@@ -79,6 +84,8 @@ def main(cfg: DictConfig) -> None:
         if not any(ctx.status_dir.glob("*.partial.*")):
             log.error("interrupted by %s before the run measured anything; %s says so", e,
                       ctx.status_dir / STATUS)
+        if multirun and (line := resume_line()):
+            log.error("%s", line)
         raise SystemExit(e.exit_code) from None
     except ConfigError as e:
         record_failure(ctx.status_dir, e)
@@ -157,6 +164,19 @@ def _serves_a_driver() -> bool:
     return True
 
 
+def _resume_or_not(args: list[str]) -> list[str]:
+    """The same sweep command again: its newest unfinished sweep offered (taken under
+    on_existing=skip); Hydra reads the command line from sys.argv."""
+    from sarathi_lab.harness import sweep_resume
+    from sarathi_lab.harness.cli_check import resumable
+
+    if (found := resumable(args)) is not None:
+        args = sweep_resume.offer(args, *found)
+        sys.argv[1:] = args
+    sweep_resume.note_command_line(args)
+    return args
+
+
 def cli() -> None:
 
     _on_signals(_interrupted_outside_a_run)
@@ -178,6 +198,8 @@ def cli() -> None:
                 raise SystemExit(problem[1])
             if note := sweep_note(args):
                 print(note, file=sys.stderr)
+            if "--cfg" not in args and "-c" not in args:
+                args = _resume_or_not(args)
         main()
         _on_signals(signal.SIG_IGN)
     except KeyboardInterrupt:  # raised by code of its own, not by our handlers

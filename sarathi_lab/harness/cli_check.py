@@ -209,6 +209,29 @@ def sweep_note(args: list[str]) -> str | None:
             "over the config below")
 
 
+def resumable(args: list[str]):
+    """(sweep dir, its state, whether on_existing=skip) of the newest unfinished sweep this same
+    command launched, where this launch would start a new one; else None."""
+    from sarathi_lab.harness.sweep_resume import SWEEP_DIR, planned_sweep_dir, unfinished_sweep
+
+    flags, words, overrides = _parse(tuple(args))
+    if flags is None or not flags.multirun or _other_configs(flags, overrides) \
+            or any(o.key_or_group == SWEEP_DIR for _, o in overrides):
+        return None
+    try:
+        composed = _composed(overrides)
+        sweep_dir, fresh = planned_sweep_dir(composed)
+    except Exception:  # noqa: BLE001 - a config Hydra will refuse itself
+        return None
+    found = unfinished_sweep(words, sweep_dir) if fresh else None
+    if found is None:
+        return None
+    given = [str(o.value()) for _, o in overrides
+             if o.key_or_group == "on_existing" and not o.is_sweep_override()]
+    skip = (given[-1] if given else composed.get("on_existing")) == "skip"
+    return (*found, skip)
+
+
 def _group_choices(overrides: list[tuple[str, Override]]) -> list[str]:
     """A sweep's first choice."""
     return [f"{o.key_or_group}={values[0]}" for _, o in overrides
