@@ -187,10 +187,17 @@ def cli() -> None:
     args = sys.argv[1:]
     try:
         from sarathi_lab import cli_args
-        from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
+        from sarathi_lab.harness.cli_check import (
+            added_knobs,
+            check_command_line,
+            output_dir_problem,
+            sweep_note,
+        )
 
 
         if not {"--help", "-h", "--hydra-help"} & set(args):
+            if (added := added_knobs(args)) != args:
+                args = sys.argv[1:] = added  # Hydra reads the command line from sys.argv
             if error := check_command_line(args):
                 cli_args.refuse(error)
             if problem := output_dir_problem(args):

@@ -65,8 +65,9 @@ def _normal(overrides: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def unfinished_sweep(overrides: list[str], sweep_dir: Path | str) -> tuple[Path, SweepState] | None:
     """The newest sweep beside ``sweep_dir`` (a new ${now:...} folder) launched with these same
-    overrides, where it has not finished and no live sweep holds it; None where the newest such
-    sweep finished, or none exists."""
+    overrides that has finished jobs to keep but not all of them, and that no live sweep holds;
+    None where a newer such sweep is complete, or none exists (one that finished no job offers
+    nothing over a new sweep, and is passed over)."""
     wanted = _normal(overrides)
     parent = Path(sweep_dir).parent
     if not parent.is_dir():
@@ -81,9 +82,10 @@ def unfinished_sweep(overrides: list[str], sweep_dir: Path | str) -> tuple[Path,
         if theirs != wanted:
             continue
         state = sweep_state(record.parent)
-        if state.complete or _held(record.parent):
+        if state.complete:
             return None
-        return record.parent, state
+        if state.finished and not _held(record.parent):
+            return record.parent, state
     return None
 
 
