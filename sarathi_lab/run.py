@@ -14,8 +14,8 @@ def _interrupted_outside_a_run(signum, frame) -> None:
     # Nothing is half-written yet; a KeyboardInterrupt in a finalizer would be ignored.
     print(_INTERRUPTED.format(signal.Signals(signum).name), file=sys.stderr)
     # Between a sweep's jobs: how to resume it (the module is loaded once a sweep has started).
-    resume = sys.modules.get("sarathi_lab.harness.sweep_resume")
-    if resume is not None and (line := resume.resume_line()):
+    resume_line = getattr(sys.modules.get("sarathi_lab.harness.sweep_resume"), "resume_line", None)
+    if resume_line is not None and (line := resume_line()):  # None too while it is being imported
         print(line, file=sys.stderr)
     os._exit(128 + signum)
 
@@ -205,7 +205,7 @@ def cli() -> None:
                 raise SystemExit(problem[1])
             if note := sweep_note(args):
                 print(note, file=sys.stderr)
-            if "--cfg" not in args and "-c" not in args:
+            if {"-m", "--multirun"} & set(args) and not {"--cfg", "-c"} & set(args):
                 args = _resume_or_not(args)
         main()
         _on_signals(signal.SIG_IGN)
