@@ -13,6 +13,10 @@ _INTERRUPTED = "interrupted ({}) outside a run: no run was started or changed"
 def _interrupted_outside_a_run(signum, frame) -> None:
     # Nothing is half-written yet; a KeyboardInterrupt in a finalizer would be ignored.
     print(_INTERRUPTED.format(signal.Signals(signum).name), file=sys.stderr)
+    # Between a sweep's jobs: how to resume it (the module is loaded once a sweep has started).
+    resume_line = getattr(sys.modules.get("sarathi_lab.harness.sweep_resume"), "resume_line", None)
+    if resume_line is not None and (line := resume_line()):  # None too while it is being imported
+        print(line, file=sys.stderr)
     os._exit(128 + signum)
 
 
@@ -53,13 +57,15 @@ def main(cfg: DictConfig) -> None:
     from sarathi_lab.harness.interrupts import Interrupted
     from sarathi_lab.harness.results import STATUS
     from sarathi_lab.harness.runner import RunContext, claim_status_dir, record_failure
+    from sarathi_lab.harness.sweep_resume import resume_line
+    from sarathi_lab.harness.wandb_logger import sweep_group
 
     hc = HydraConfig.get()
     # A sweep's failed job is recorded and the sweep goes on.
     multirun = hc.mode == RunMode.MULTIRUN
     name = cfg.get("name", "run")
     ctx = RunContext(output_dir=Path(hc.runtime.output_dir), overrides=list(hc.overrides.task),
-                     group=f"{name}-{Path(hc.sweep.dir).name}" if multirun else None,
+                     group=sweep_group(name, hc.sweep.dir) if multirun else None,
                      hydra_record={"config.yaml": cfg,
                                    "hydra.yaml": OmegaConf.create({"hydra": hc}),
                                    "overrides.yaml": OmegaConf.create(list(hc.overrides.task))},
@@ -78,6 +84,8 @@ def main(cfg: DictConfig) -> None:
         if not any(ctx.status_dir.glob("*.partial.*")):
             log.error("interrupted by %s before the run measured anything; %s says so", e,
                       ctx.status_dir / STATUS)
+        if multirun and (line := resume_line()):
+            log.error("%s", line)
         raise SystemExit(e.exit_code) from None
     except ConfigError as e:
         record_failure(ctx.status_dir, e)
@@ -156,6 +164,19 @@ def _serves_a_driver() -> bool:
     return True
 
 
+def _resume_or_not(args: list[str]) -> list[str]:
+    """The same sweep command again: its newest unfinished sweep offered (taken under
+    on_existing=skip); Hydra reads the command line from sys.argv."""
+    from sarathi_lab.harness import sweep_resume
+    from sarathi_lab.harness.cli_check import resumable
+
+    if (found := resumable(args)) is not None:
+        args = sweep_resume.offer(args, *found)
+        sys.argv[1:] = args
+    sweep_resume.note_command_line(args)
+    return args
+
+
 def cli() -> None:
 
     _on_signals(_interrupted_outside_a_run)
@@ -166,10 +187,17 @@ def cli() -> None:
     args = sys.argv[1:]
     try:
         from sarathi_lab import cli_args
-        from sarathi_lab.harness.cli_check import check_command_line, output_dir_problem, sweep_note
+        from sarathi_lab.harness.cli_check import (
+            added_knobs,
+            check_command_line,
+            output_dir_problem,
+            sweep_note,
+        )
 
 
         if not {"--help", "-h", "--hydra-help"} & set(args):
+            if (added := added_knobs(args)) != args:
+                args = sys.argv[1:] = added  # Hydra reads the command line from sys.argv
             if error := check_command_line(args):
                 cli_args.refuse(error)
             if problem := output_dir_problem(args):
@@ -177,6 +205,8 @@ def cli() -> None:
                 raise SystemExit(problem[1])
             if note := sweep_note(args):
                 print(note, file=sys.stderr)
+            if {"-m", "--multirun"} & set(args) and not {"--cfg", "-c"} & set(args):
+                args = _resume_or_not(args)
         main()
         _on_signals(signal.SIG_IGN)
     except KeyboardInterrupt:  # raised by code of its own, not by our handlers

@@ -35,7 +35,7 @@ LAYERS = (
     ("measure.bench",),
     ("measure.sim_check",),
     ("measure.gpu",),
-    ("run", "produce", "measure"),
+    ("run", "produce", "measure", "sweep_report"),
 )
 RANK = {node: rank for rank, nodes in enumerate(LAYERS) for node in nodes}
 # Upward imports seen when this test was written, each to be removed by the change named beside

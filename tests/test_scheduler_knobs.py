@@ -152,3 +152,38 @@ def test_the_ranks_refuse_a_model_they_cannot_split_naming_the_runs_keys():
         rank_memory_config(PRESETS["tiny"], 3, "tiny")
     with pytest.raises(ConfigError, match=r"^pipeline_parallel=9 is invalid for model='tiny': it has 4 layers"):
         Stage.of(4, 9, 0, "tiny")
+
+
+@pytest.mark.parametrize("args, expected", [
+    # A sweep over schedulers: the knob vllm has and sarathi lacks is added where it is missing.
+    (["-m", "scheduler=vllm,sarathi", "scheduler.max_num_batched_tokens=512"],
+     ["-m", "scheduler=vllm,sarathi", "+scheduler.max_num_batched_tokens=512"]),
+    # The experiment's own sweep over schedulers too.
+    (["-m", "experiment=scheduler_latency", "scheduler.max_num_batched_tokens=512"],
+     ["-m", "experiment=scheduler_latency", "+scheduler.max_num_batched_tokens=512"]),
+    # Written with + already, one scheduler, no sweep, or a knob every swept scheduler has: as typed.
+    (["-m", "scheduler=vllm,sarathi", "+scheduler.max_num_batched_tokens=512"], None),
+    (["-m", "scheduler=vllm", "scheduler.max_num_batched_tokens=512"], None),
+    (["scheduler=vllm", "scheduler.max_num_batched_tokens=512"], None),
+    (["-m", "scheduler=sarathi,sarathi_serve", "chunk=64,128"], None),
+])
+def test_a_knob_in_a_sweep_over_schedulers_needs_no_plus(args, expected):
+    from sarathi_lab.harness.cli_check import added_knobs
+
+    assert added_knobs(args) == (expected or args)
+
+
+@pytest.mark.e2e
+def test_the_sweep_over_schedulers_with_one_schedulers_knob_runs(tmp_path):
+    import subprocess
+    import sys
+
+    from sarathi_lab.harness import REPO_ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "sarathi_lab.run", "-m", "experiment=smoke", "scheduler=vllm,sarathi",
+                           "scheduler.max_num_batched_tokens=512", "executor=sim", "logger=none",
+                           f"hydra.sweep.dir={tmp_path}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "max_num_batched_tokens=512 is ignored by scheduler=sarathi" in proc.stdout + proc.stderr
+    assert len(list(tmp_path.glob("*/metrics.json"))) == 2

@@ -16,8 +16,15 @@ from sarathi_lab.harness import CONF_DIR, REPO_ROOT
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.results import load_runs
 from sarathi_lab.harness.schema import LoggerCfg
-from sarathi_lab.harness.wandb_logger import HISTORY_PREFIX, TIME_AXIS, resolve_mode
-from tests.wandb_records import parse_records, read_offline_run
+from sarathi_lab.harness.wandb_logger import (
+    FIGURE_PREFIX,
+    HISTORY_PREFIX,
+    SWEEP_JOB_TYPE,
+    SWEEP_TABLE_KEY,
+    TIME_AXIS,
+    resolve_mode,
+)
+from tests.wandb_records import inspect_summary, parse_records, read_offline_run
 
 RUN = ["experiment=smoke", "workload.num_requests=2", "seq_len=48", "pd_ratio=5", "chunk=16", "tags=[paper]"]
 
@@ -73,6 +80,13 @@ def test_an_offline_run_holds_config_history_summary_and_grouping(tmp_path, capf
     saved = {p.name for p in (out / "wandb").glob("offline-run-*/files/*")}
     assert {"metrics.json", "iterations.parquet", "requests.parquet"} <= saved, "the run's files, for the W&B API"
     assert len(load_runs(out)) == 1, "W&B's copy of metrics.json is not a second run"
+    # As W&B itself reads the run: whole-run metrics only, none of the last iteration's values, and
+    # _runtime the run's duration (opened as the run began), not the seconds the logging took.
+    seen = inspect_summary(out / "wandb")
+    assert seen["state"] == "finished"
+    assert not [k for k in seen["summary"] if k.startswith(HISTORY_PREFIX)], "iterations stay in the history"
+    assert seen["summary"]["mean_ttft_ms"] == pytest.approx(metrics["summary"]["mean_ttft_ms"])
+    assert seen["summary"]["_runtime"] >= metrics["wall_time_s"]
     assert_a_torn_read_yields_the_records_written_so_far(next((out / "wandb").rglob("run-*.wandb")))
 
 
@@ -146,3 +160,25 @@ def test_the_readme_compares_an_offline_sweep(tmp_path, monkeypatch):
     exec(block, scope)  # noqa: S102 - the README's own example
     assert sorted(scope["runs"].chunk) == [32, 64] and scope["runs"].total_throughput_tok_s.gt(0).all()
     assert set(scope["iters"].chunk) == {32, 64} and "duration_s" in scope["iters"]
+
+    # The sweep as one view in W&B, as W&B's own reader reads it: a run of the sweep's group holding its
+    # table and figure beside its jobs' runs, whose summaries hold run metrics only.
+    (sweep,) = tmp_path.glob("outputs/smoke/multiruns/*")
+    report = inspect_summary(sweep / "wandb")
+    jobs = [inspect_summary(d / "wandb") for d in sorted(sweep.glob("[0-9]*"))]
+    assert report["state"] == "finished" and {j["state"] for j in jobs} == {"finished"}
+    wb = read_offline_run(sweep / "wandb")
+    assert wb.run.job_type == SWEEP_JOB_TYPE and {wb.run.run_group} == {read_offline_run(d / "wandb").run.run_group
+                                                                       for d in sweep.glob("[0-9]*")}
+    logged_table = report["summary"][SWEEP_TABLE_KEY]
+    assert logged_table["_type"] == "table-file" and logged_table["nrows"] == 2
+    assert report["summary"]["jobs"] == 2 and report["summary"]["jobs_ok"] == 2
+    assert report["summary"][f"{FIGURE_PREFIX}sweep_summary"]["_type"] == "image-file"
+    (files,) = (sweep / "wandb").glob("offline-run-*/files")
+    assert (files / report["summary"][f"{FIGURE_PREFIX}sweep_summary"]["path"]).is_file()
+    logged = json.loads((files / logged_table["path"]).read_text())
+    csv = pd.read_csv(sweep / "sweep_summary.csv")
+    assert logged["columns"] == list(csv.columns) and len(logged["data"]) == len(csv)
+    for job in jobs:
+        assert not [k for k in job["summary"] if k.startswith(HISTORY_PREFIX)], "no last-iteration values"
+        assert {"ttft_p50_s", "p99_itl_ms", "total_throughput_tok_s"} <= set(job["summary"])

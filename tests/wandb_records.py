@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -96,6 +98,15 @@ def read_offline_run(run_dir: Path, timeout_s: float = 30.0) -> OfflineRun:
         elif kind == "metric":
             out.metrics.append(record.metric)
     return out
+
+
+def inspect_summary(run_dir: Path) -> dict:
+    """W&B's own reader of an offline run (`wandb leet inspect --summary --json`): its state,
+    config and summary as W&B itself reads them from the run's .wandb file."""
+    (path,) = Path(run_dir).rglob("run-*.wandb")
+    proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(path)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(proc.stdout)
 
 
 def _items(items) -> dict:

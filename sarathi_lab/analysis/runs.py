@@ -109,6 +109,15 @@ class Results:
         if self.include_incomplete is None:
             self.include_incomplete = env_flag(INCLUDE_INCOMPLETE_ENV)
 
+    @classmethod
+    def of_sweep(cls, sweep_dir: str | Path, name: str) -> Results:
+        """One sweep's runs as ``name``'s, wherever it lies, every run kept: its own report's view
+        (its table says which runs were unreliable or unfinished)."""
+        sweep_dir = Path(sweep_dir)
+        results = cls(sweep_dir.parent, include_unreliable=True, include_incomplete=True)
+        results._choices[name] = Choice(sweep_dir, sweep_state(sweep_dir), [])
+        return results
+
     def choice(self, name: str) -> Choice:
         """The newest complete sweep, else (``include_incomplete`` or none complete) the newest."""
         if name not in self._choices:

@@ -128,6 +128,31 @@ def _pcts(name: str, values, unit: str = "_s", pcts=(50, 90, 99)) -> dict[str, f
     return {f"{name}_p{p}{unit}": float(v) for p, v in zip(pcts, found)}
 
 
+# vLLM's `bench serve` statistics (vllm/benchmarks/serve.py), named as its --save-result JSON
+# names them: mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms, likewise tpot, itl, e2el.
+VLLM_LATENCIES = ("ttft", "tpot", "itl", "e2el")
+VLLM_STATS = ("mean", "median", "std", "p99")
+# vLLM's other result keys this summary holds under its own names, {vLLM's: ours}.
+VLLM_RESULT_KEYS = {"completed": "num_requests", "duration": "makespan_s",
+                    "total_output_tokens": "generated_tokens",
+                    "request_throughput": "request_throughput_rps",
+                    "output_throughput": "output_throughput_tok_s"}
+
+
+def vllm_names() -> tuple[str, ...]:
+    return tuple(f"{stat}_{name}_ms" for name in VLLM_LATENCIES for stat in VLLM_STATS)
+
+
+def _vllm_stats(name: str, seconds) -> dict[str, float]:
+    """As vLLM reports them: milliseconds, a population std; NaN where no value (vLLM says 0)."""
+    ms = np.asarray(seconds, dtype=float) * 1e3
+    ms = ms[~np.isnan(ms)]
+    if not len(ms):
+        return {f"{stat}_{name}_ms": float("nan") for stat in VLLM_STATS}
+    return {f"mean_{name}_ms": float(np.mean(ms)), f"median_{name}_ms": float(np.median(ms)),
+            f"std_{name}_ms": float(np.std(ms)), f"p99_{name}_ms": float(np.percentile(ms, 99))}
+
+
 # Queue growth over the arrivals marking arrivals outpacing service: this many, this share.
 SATURATION_MIN_GROWTH = 4
 SATURATION_MIN_SHARE = 0.1
@@ -168,6 +193,7 @@ class Metrics:
         busy, forward = total("duration"), total("forward_time")
         rate = (lambda n: n / makespan) if makespan > 0 else (lambda n: float("nan"))
         growth = queue_growth(self.requests)
+        generated = sum(r.output_len for r in reqs)
         out = {
             "num_requests": len(reqs),
             "num_unfinished": max(self.num_submitted, len(self.requests)) - len(reqs),
@@ -178,7 +204,7 @@ class Metrics:
                                   else float("nan")),
             "prefill_tokens": prefill,
             "decode_tokens": decode,
-            "generated_tokens": sum(r.output_len for r in reqs),
+            "generated_tokens": generated,
             "kv_tokens_read": total("kv_tokens_read"),
             "num_preemptions": total("num_preempted"),
             "preemptions_per_request": (sum(r.num_preemptions for r in reqs) / len(reqs) if reqs
@@ -187,18 +213,25 @@ class Metrics:
             "decode_throughput_tok_s": rate(decode),
             "total_throughput_tok_s": rate(prefill + decode),
             "request_throughput_rps": rate(len(reqs)),
+            # The tokens the finished requests returned, as vLLM's output_throughput counts them.
+            "output_throughput_tok_s": rate(generated),
             "queue_growth_requests": growth,
             "saturated": float(growth >= max(SATURATION_MIN_GROWTH,
                                              SATURATION_MIN_SHARE * len(self.requests))),
         }
-        out |= _pcts("ttft", [r.ttft for r in reqs])
         gaps = token_gaps(reqs)
-        out |= _pcts("itl", np.concatenate(gaps) if reqs else [])
-        out |= _pcts("e2el", [r.e2e for r in reqs])
+        latencies = {"ttft": [r.ttft for r in reqs],
+                     "itl": np.concatenate(gaps) if reqs else [],
+                     "e2el": [r.e2e for r in reqs]}
+        for name, values in latencies.items():
+            out |= _pcts(name, values)
         out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None])
-        out |= _pcts("tpot", [r.tpot for r in reqs])
+        latencies["tpot"] = [r.tpot for r in reqs]
+        out |= _pcts("tpot", latencies["tpot"])
         out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs],
                      unit="_s_per_token")
+        for name in VLLM_LATENCIES:
+            out |= _vllm_stats(name, latencies[name])
         if self.broadcast_s:
             out |= _pcts("broadcast", np.asarray(self.broadcast_s) * 1e3, unit="_ms")
             out |= {"broadcast_p50_bytes": float(np.median(self.broadcast_bytes)),

@@ -194,6 +194,30 @@ def _foreign_knob(arg: str, overrides: list[tuple[str, Override]],
     return refused and str(refused.named(RUN_KEYS))
 
 
+def added_knobs(args: list[str]) -> list[str]:
+    """In a sweep over schedulers, a knob some of them lack (``scheduler=vllm,sarathi
+    scheduler.max_num_batched_tokens=512``) as ``+scheduler.KNOB=``: Hydra adds it to the configs
+    that lack it (which ignore it, and say so) where a plain override stops at the first."""
+    flags, _, overrides = _parse(tuple(args))
+    knobs = {arg: o.key_or_group.removeprefix("scheduler.") for arg, o in overrides
+             if o.key_or_group.startswith("scheduler.") and not (o.is_add() or o.is_delete())
+             and _knob_owners(o.key_or_group)}
+    if not knobs or flags is None or not flags.multirun or _other_configs(flags, overrides):
+        return args
+    swept = next((v for _, o in overrides if o.key_or_group == "scheduler"
+                  and (v := _group_values(o)) and len(v) > 1), None)
+    if swept is None:
+        try:
+            params = _composed(overrides).hydra.sweeper.params or {}
+        except Exception:  # noqa: BLE001 - a config Hydra will refuse itself
+            return args
+        swept = str(params.get("scheduler", "")).replace(" ", "").split(",")
+    from sarathi_lab.engine.scheduler.base import knob_owners
+
+    return [f"+{arg}" if arg in knobs and set(swept) - set(knob_owners(knobs[arg]))
+            and len(swept) > 1 else arg for arg in args]
+
+
 def sweep_note(args: list[str]) -> str | None:
     """With --cfg, what the experiment's sweep sets per job: one composed config cannot show it."""
     flags, _, overrides = _parse(tuple(args))
@@ -207,6 +231,29 @@ def sweep_note(args: list[str]) -> str | None:
     swept = "; ".join(f"{k}: {v}" for k, v in params.items())
     return (f"# -m runs one job per combination of {swept} (command-line values win), "
             "over the config below")
+
+
+def resumable(args: list[str]):
+    """(sweep dir, its state, whether on_existing=skip) of the newest unfinished sweep this same
+    command launched, where this launch would start a new one; else None."""
+    from sarathi_lab.harness.sweep_resume import SWEEP_DIR, planned_sweep_dir, unfinished_sweep
+
+    flags, words, overrides = _parse(tuple(args))
+    if flags is None or not flags.multirun or _other_configs(flags, overrides) \
+            or any(o.key_or_group == SWEEP_DIR for _, o in overrides):
+        return None
+    try:
+        composed = _composed(overrides)
+        sweep_dir, fresh = planned_sweep_dir(composed)
+    except Exception:  # noqa: BLE001 - a config Hydra will refuse itself
+        return None
+    found = unfinished_sweep(words, sweep_dir) if fresh else None
+    if found is None:
+        return None
+    given = [str(o.value()) for _, o in overrides
+             if o.key_or_group == "on_existing" and not o.is_sweep_override()]
+    skip = (given[-1] if given else composed.get("on_existing")) == "skip"
+    return (*found, skip)
 
 
 def _group_choices(overrides: list[tuple[str, Override]]) -> list[str]:

@@ -16,7 +16,7 @@ from sarathi_lab import host_load as load
 from sarathi_lab.harness.environment import collect_environment
 from sarathi_lab.harness.results import RunResult, write_results
 from sarathi_lab.harness.schema import RunConfig
-from sarathi_lab.harness.wandb_logger import WandbRun, log_to_wandb
+from sarathi_lab.harness.wandb_logger import WandbName, WandbRun, WandbSession
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,6 +36,8 @@ class RunRecorder:
     plan_record: dict[str, Any]  # what the plan settled that the config does not say
     group: str
     run_dir: Path
+    # The W&B run opened as the run began (None: opened when it is logged).
+    wandb: WandbSession | None = None
     # The machine's load when the run began, which assess() compares the end against.
     before: Any = field(default_factory=load.snapshot)
     start: float = field(default_factory=time.perf_counter)
@@ -59,13 +61,11 @@ class RunRecorder:
 
     def log(self, directory: Path, name: str, summary: dict[str, float], tables: Tables,
             environment: dict[str, Any]) -> None:
-        cfg = self.cfg
-        log_to_wandb(cfg.logger, WandbRun(
-            run_dir=directory, name=name, group=self.group, job_type=cfg.name,
-            tags=list(dict.fromkeys([*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name,
-                                     cfg.model.name,
-                                     *(["simulated"] if environment["simulated"] else [])])),
-            config=self.resolved_config, environment=environment,
+        named = wandb_name(self.cfg, directory, name, self.group, self.resolved_config)
+        session, self.wandb = self.wandb or WandbSession(self.cfg.logger), None
+        session.log(WandbRun(
+            run_dir=directory, name=named.name, group=named.group, job_type=named.job_type,
+            tags=named.tags, config=named.config, environment=environment,
             summary=summary | self.plan_record,
             history=tables.get("iterations"),
             tables={k: v for k, v in tables.items() if k != "iterations"}))
@@ -95,6 +95,14 @@ class RunRecorder:
                 # Whatever the load: the times are the interpreter's, not the engine's.
                 machine |= {"timing_unreliable": True, "timing_note": why}
         return machine
+
+
+def wandb_name(cfg: RunConfig, directory: Path, name: str, group: str,
+               resolved_config: dict[str, Any]) -> WandbName:
+    tags = [*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
+            *(["simulated"] if cfg.engine.kind.simulated else [])]
+    return WandbName(run_dir=directory, name=name, group=group, job_type=cfg.name,
+                     tags=list(dict.fromkeys(tags)), config=resolved_config)
 
 
 def engine_tables(metrics: Metrics) -> dict[str, pa.Table]:

@@ -28,10 +28,11 @@ from sarathi_lab.harness.results import (
     override_key,
     write_status,
 )
-from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables
+from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables, wandb_name
 from sarathi_lab.harness.schema import RunConfig, WorkloadCfg
 from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
 from sarathi_lab.harness.vllm_args import UNAVAILABLE
+from sarathi_lab.harness.wandb_logger import WandbSession
 from sarathi_lab.harness.workloads import Workload, resolve_trace_path
 from sarathi_lab.model import ModelLoadError
 
@@ -76,13 +77,29 @@ def _run_experiment(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunCon
         return "skipped"
     checked = preflight(cfg)
     _open_run_dir(ctx, finished, checked.plan)
+    group = ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name)
+    # A rerun beside a finished run opens W&B once swapped in, where its W&B run will live.
+    wandb = None if finished else WandbSession(cfg.logger, wandb_name(
+        cfg, out, run_name(cfg, ctx.overrides), group, resolved_config))
+    try:
+        return _run_and_log(cfg, resolved_config, ctx, checked, inputs, group, wandb)
+    except BaseException:
+        if wandb is not None:
+            wandb.abandon()
+        raise
+
+
+def _run_and_log(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContext,
+                 checked: Checked, inputs: dict[str, Any], group: str,
+                 wandb: WandbSession | None) -> Status:
+    out = ctx.output_dir
+    finished = ctx.status_dir != out
     llm = _build_llm(cfg, checked)
     recorder = RunRecorder(
         cfg, llm, resolved_config, ctx.overrides, inputs,
         # What the plan settled beyond the config (an auto budget, the KV cache's size).
         plan_record=checked.budget | {"kv_capacity_tokens": checked.plan.kv_capacity_tokens},
-        group=ctx.group or (f"{cfg.name}-{out.name}" if cfg.task == "capacity" else cfg.name),
-        run_dir=ctx.status_dir)
+        group=group, run_dir=ctx.status_dir, wandb=wandb)
     if cfg.task == "serve":
         summary, tables, headline = _serve_and_summarize(cfg, llm, checked.workload, recorder)
     else:

@@ -2,6 +2,7 @@
 an earlier launch's job folders set aside."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -15,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab import provenance
 from sarathi_lab.executors import recorded_as
-from sarathi_lab.harness import sweep_state
+from sarathi_lab.harness import sweep_eta, sweep_resume, sweep_state
 from sarathi_lab.harness.job_dirs import RESOLVER, job_dir_name
 from sarathi_lab.harness.results import (
     METRICS,
@@ -23,6 +24,7 @@ from sarathi_lab.harness.results import (
     SWEEP_SUMMARY,
     SWEEP_TABLE,
     WANDB_DIR,
+    is_finished,
     natural_order,
     next_dir,
     override_key,
@@ -31,7 +33,7 @@ from sarathi_lab.harness.results import (
     run_source,
     write_json,
 )
-from sarathi_lab.harness.sweep_check import _basic, swept_jobs
+from sarathi_lab.harness.sweep_check import _basic, job_config, swept_jobs
 from sarathi_lab.host_load import UNRELIABLE_WAIT_SHARE
 
 if TYPE_CHECKING:
@@ -51,6 +53,8 @@ class SweepSummary(Callback):
     def __init__(self) -> None:
         self._start = time.time()
         self._lock: int | None = None
+        self._clock: sweep_eta.SweepClock | None = None
+        self._job_start = time.monotonic()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start = time.time()
@@ -64,18 +68,47 @@ class SweepSummary(Callback):
             # SystemExit passes Hydra's callback guard, which would let the sweep run unlocked.
             cli_args.refuse(str(e))
         # Held: no other sweep writes there now; an earlier launch's jobs go.
-        if jobs is not None and (current := expected_job_dirs(config, jobs)) is not None:
-            move_stale(Path(config.hydra.sweep.dir), current)
+        names = None if jobs is None else expected_job_dirs(config, jobs)
+        if names is not None:
+            move_stale(Path(config.hydra.sweep.dir), set(names))
+        sweep_resume.sweep_started(config)
+        if jobs is not None:
+            self._clock = _clock(config, jobs, names)
+            for line in self._clock.before():
+                (log.warning if "over an hour" in line else log.info)("%s", line)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._job_start = time.monotonic()
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        """Each job's time, kept for later sweeps' estimates; with the launcher's clock (the basic
+        launcher runs jobs in its own process), the sweep's progress."""
+        from hydra.types import RunMode
+
+        if config.hydra.mode != RunMode.MULTIRUN:
+            return
+        seconds = time.monotonic() - self._job_start
+        out = Path(str(config.hydra.runtime.output_dir))
+        status = max(filter(None, (read_status(out), read_status(next_dir(out)))),
+                     key=lambda s: s["time"], default={})
+        num = int(config.hydra.job.num)
+        clock = self._clock if self._clock is not None and num < len(self._clock.jobs) else None
+        if status.get("status") == "ok":
+            with contextlib.suppress(OSError):
+                sweep_eta.record(Path(str(config.hydra.sweep.dir)),
+                                 clock.jobs[num] if clock else _job_of(config), seconds)
+        if clock is not None:
+            log.info("%s", clock.job_ended(num, seconds))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            self._report(Path(config.hydra.sweep.dir))
+            self._report(Path(config.hydra.sweep.dir), config)
         finally:
             if self._lock is not None:
                 os.close(self._lock)
                 self._lock = None
 
-    def _report(self, sweep_dir: Path) -> None:
+    def _report(self, sweep_dir: Path, config: DictConfig | None = None) -> None:
         jobs = summarize_sweep(sweep_dir, since=self._start)
         move_stale(sweep_dir, set(jobs))
         summary, table_path = sweep_dir / SWEEP_SUMMARY, sweep_dir / SWEEP_TABLE
@@ -95,6 +128,8 @@ class SweepSummary(Callback):
             log.info("sweep %s:\n%s", table_path, shown)
             for note in [*table_notes(table), *filter(None, [mixed_commits(sweep_dir, jobs)])]:
                 log.warning("%s", note)
+            if config is not None:
+                self._publish(config, sweep_dir, table)
         failed = {d: j for d, j in jobs.items() if j["status"] not in _SUCCESS}
         log.info("sweep %s: %d jobs, %d failed", sweep_dir, len(jobs), len(failed))
         for job_dir, job in failed.items():
@@ -102,6 +137,28 @@ class SweepSummary(Callback):
         if failed:
             # SystemExit passes Hydra's callback guard (which turns Exceptions into warnings).
             sys.exit(1)
+
+
+    def _publish(self, config: DictConfig, sweep_dir: Path, table: pd.DataFrame) -> None:
+        """The sweep as one view in W&B: its table and figures, a run of the sweep's group."""
+        from sarathi_lab.harness.schema import LoggerCfg
+        from sarathi_lab.harness.wandb_logger import log_sweep, sweep_group
+
+        logger = LoggerCfg(**OmegaConf.to_container(config.logger, resolve=True))
+        if logger.kind == "none":
+            return
+        name = str(config.get("name", "run"))
+        try:
+            drawn = self.figures(name, sweep_dir, table)
+        except Exception as e:  # noqa: BLE001 - a figure never fails a sweep whose runs are saved
+            log.warning("no figure of sweep %s: %s: %s", sweep_dir, type(e).__name__, e)
+            drawn = {}
+        log_sweep(logger, sweep_dir, name, sweep_group(name, sweep_dir), table, drawn,
+                  duration_s=time.time() - self._start)
+
+    def figures(self, name: str, sweep_dir: Path, table: pd.DataFrame) -> dict[str, Path]:
+        """{W&B key: PNG}; none here: sarathi_lab/sweep_report.py draws them, above the analysis."""
+        return {}
 
 
 def summarize_sweep(sweep_dir: Path, since: float) -> dict[str, dict[str, Any]]:
@@ -236,8 +293,8 @@ def _unfinished_overrides(sweep_dir: Path, job: str) -> list[str]:
     return named
 
 
-def expected_job_dirs(config: DictConfig, jobs: list[list[str]]) -> set[str] | None:
-    """The folders ``jobs`` get, or None where hydra.sweep.subdir is not our NUM_overrides."""
+def expected_job_dirs(config: DictConfig, jobs: list[list[str]]) -> list[str] | None:
+    """The folders ``jobs`` get, in order; None where hydra.sweep.subdir is not NUM_overrides."""
     from hydra._internal.config_loader_impl import get_overrides_dirname
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -247,10 +304,47 @@ def expected_job_dirs(config: DictConfig, jobs: list[list[str]]) -> set[str] | N
         return None
     naming = config.hydra.job.config.override_dirname
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    return {job_dir_name(num, get_overrides_dirname(parser.parse_overrides(list(overrides)),
+    return [job_dir_name(num, get_overrides_dirname(parser.parse_overrides(list(overrides)),
                                                     list(naming.exclude_keys),
                                                     naming.item_sep, naming.kv_sep))
-            for num, overrides in enumerate(jobs)}
+            for num, overrides in enumerate(jobs)]
+
+
+def _clock(config: DictConfig, jobs: list[list[str]],
+           names: list[str] | None) -> sweep_eta.SweepClock:
+    """A job whose folder holds a finished run is kept (unless on_existing=overwrite): no time."""
+    from sarathi_lab.config import ConfigError
+    from sarathi_lab.model import ModelLoadError
+
+    sweep_dir = Path(config.hydra.sweep.dir)
+    planned = []
+    for num, overrides in enumerate(jobs):
+        try:
+            cfg = job_config(config, overrides)
+        except (ConfigError, ModelLoadError):
+            cfg = None
+        kept = (names is not None and cfg is not None and cfg.on_existing != "overwrite"
+                and is_finished(sweep_dir / names[num]))
+        planned.append(sweep_eta.job(overrides, cfg, kept))
+    return sweep_eta.SweepClock(planned, sweep_eta.past_jobs(sweep_dir))
+
+
+def _job_of(config: DictConfig) -> sweep_eta.Job:
+    """A job run in a process of its own (submitit, Ray), as the clock would have planned it."""
+    from omegaconf import open_dict, read_write
+
+    from sarathi_lab.config import ConfigError
+    from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.model import ModelLoadError
+
+    job = config.copy()
+    with read_write(job), open_dict(job):
+        del job["hydra"]
+    try:
+        cfg = parse_config(job)
+    except (ConfigError, ModelLoadError):
+        cfg = None
+    return sweep_eta.job(list(config.hydra.overrides.task), cfg)
 
 
 def job_folders(sweep_dir: Path) -> list[str]:

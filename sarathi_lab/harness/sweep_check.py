@@ -146,6 +146,11 @@ def first_refused_job(config: DictConfig, jobs: list[list[str]]) -> str | None:
     return None
 
 
+def job_config(config: DictConfig, overrides: list[str]):
+    """The job's RunConfig, parsed once a sweep; a refusal raised (ConfigError, ModelLoadError)."""
+    return _job_config(GlobalHydra.instance().config_loader(), config, overrides)
+
+
 # Each job's typed config or refusal, parsed once for the checks and the collapse.
 _PARSED: dict[str, Any] = {"loader": None, "jobs": {}}
 
