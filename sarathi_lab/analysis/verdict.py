@@ -22,7 +22,8 @@ WORDS = {
            "either side (the effect of a gain g is g - 1)",
     "larger": f"ours points the paper's way with more than {BAND:g}x the paper's effect",
     "smaller": f"ours points the paper's way with less than 1/{BAND:g} of the paper's effect",
-    "no": "ours points the other way, or shows no effect",
+    "no": "ours points the other way or shows no effect (over several points: none agrees, and "
+          "they miss the paper's size both ways)",
     "partly": "a claim over several points (lengths, batch sizes, chunks): yes at some, not all",
     "unresolved": "the ratio's difference from 1 lies inside its own run-to-run spread: no "
                   "direction, so it is left out of ranges and verdicts",
@@ -42,7 +43,7 @@ class Judged:
 
     def text(self) -> str:
         """The 'ours / paper' cell of one point: 'smaller (0.48x)'."""
-        said = [f"{self.versus:.2g}x"] if self.versus is not None else []
+        said = [f"{self.versus:.3g}x"] if self.versus is not None else []
         said += [self.why] if self.why else []
         return self.word + (f" ({'; '.join(said)})" if said else "")
 
@@ -118,8 +119,8 @@ def over(points: Iterable[Judged]) -> Judged:
     points = list(points)
     ratios = [p.versus for p in points if p.versus is not None]
     unresolved = sum(p.word == "unresolved" for p in points)
-    said = [f"{min(ratios):.2g}x" if min(ratios) == max(ratios)
-            else f"{min(ratios):.2g}-{max(ratios):.2g}x"] if ratios else []
+    said = [f"{min(ratios):.3g}x" if min(ratios) == max(ratios)
+            else f"{min(ratios):.3g}-{max(ratios):.3g}x"] if ratios else []
     said += [f"{unresolved} of {len(points)} unresolved"] if unresolved else []
     return Judged(combine(p.word for p in points), why="; ".join(said))
 
@@ -129,6 +130,11 @@ def meets(flags: Iterable[bool | None]) -> str:
     points; None: a point not judged."""
     flags = [f for f in flags if f is not None]
     return "n/a" if not flags else "yes" if all(flags) else "partly" if any(flags) else "no"
+
+
+def words_markdown() -> str:
+    """WORDS as the markdown list docs/RESULTS.md prints."""
+    return "\n".join(f"- **{word}**: {meaning}." for word, meaning in WORDS.items())
 
 
 def versus_text(points: Iterable[tuple[str, Judged]]) -> str:
