@@ -444,6 +444,21 @@ def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
 
 
+def test_tile_claim_is_judged_at_the_paper_s_step_where_timed_else_at_the_mean_step():
+    # One token past 256 costs +30%: the paper's +32% (256 -> 257), within 2x either side.
+    times = {96: 0.75, 128: 1.0, 129: 1.1, 160: 1.25, 256: 2.0, 257: 2.6, 288: 2.75}
+    sweep = pd.DataFrame({"op": "total", "tokens": list(times), "ms": list(times.values())})
+    frames = {("tile_quantization", "sweep"): sweep,
+              ("tile_quantization", "summary"): pd.DataFrame({"tile": [128], "tile_jump": [0.2]})}
+    (row,) = CHECK["tile_quantization"](_Frames(frames))
+    assert row["holds"] == "yes" and row["ours / paper"] == "256 -> 257: yes (0.929x)"
+    assert row["ours"].endswith("; 256 -> 257: +30.0%")
+    frames["tile_quantization", "sweep"] = sweep[sweep.tokens != 257]
+    (row,) = CHECK["tile_quantization"](_Frames(frames))
+    # Without 257: the mean step the runs recorded over the multiples they timed (tile_jump), +20%.
+    assert row["holds"] == "yes" and row["ours / paper"] == "mean step: yes (0.62x)"
+
+
 def test_per_token_cost_claim_reads_one_length_the_longest():
     # At length 128 a decode costs 40x a prefill token at every batch size; at 512, 4x / B.
     ops = pd.concat([_ops([("prefill", b, 1.0), ("decode", b, 40.0 if length == 128 else 4.0 / b)], seq_len=length)
