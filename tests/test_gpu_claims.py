@@ -92,6 +92,20 @@ def test_the_h200_eager_lease_s_pd_ratio_gain_is_re_judged_from_its_runs():
     assert peak.holds == "yes" and "C=256 B=18: unresolved" in peak.versus
 
 
+def test_a_pd_ratio_row_without_its_runs_is_re_judged_from_its_text_where_the_text_has_its_points(tmp_path):
+    gpu = tmp_path / "gpu"
+    keep_run(gpu, "h200", "2026-11-26_aaaaaaa", {
+        "The gain peaks at P:D = C / (B - 1) (within a factor 2)": "C=256 B=18: best 1.19x at 5, predicted peak 15.1",
+        "SARATHI gains 10%+ over the baseline at its best P:D": "peak 1.19x; 2 of 8 points >= 1.1x"})
+    claims = gpu / "h200" / "2026-11-26_aaaaaaa" / "claims.csv"
+    claims.write_text(claims.read_text().replace("decode_speedup,", "pd_ratio,"))
+    peak, gain = gpu_claims.judged(gpu)
+    # Its peak lies at a third of C / (B - 1): smaller; its gain, one number over every chunk, is not
+    # re-judged without the runs.
+    assert peak.holds == "smaller (one run: no spread)" and peak.versus.startswith("C=256 B=18: smaller (0.331x)")
+    assert gain.holds == "not re-judged (recorded: yes)" and gain.versus == ""
+
+
 def test_write_replaces_only_its_section_and_refuses_a_file_without_one(tmp_path):
     gpu = tmp_path / "gpu"
     keep_run(gpu, "h100", "2026-11-26_ccccccc", {"gain": "3x"})

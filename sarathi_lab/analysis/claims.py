@@ -6,6 +6,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from sarathi_lab.analysis.verdict import Judged, combine, versus_text
+from sarathi_lab.executors import recorded_as
 
 PROVENANCE = ["source", "scale", "dtype", "threads", "machine", "commit"]
 DIFFERS = "differs by cost model"
@@ -30,12 +31,18 @@ def no_run(root) -> str:
 def missing_row(name: str, root) -> dict:
     """The row of an experiment with no finished run: named, not judged."""
     return {"experiment": name, "claim": "(every claim of it)", "paper": "", "ours": no_run(root),
-            "holds": "n/a",
+            VERSUS: "", "holds": "n/a",
             "spread": "", "left out": f"every run: {no_run(root)}"} | dict.fromkeys(PROVENANCE, "")
 
 
 def unless_missing(values: pd.Series, flag) -> bool | None:
     return None if values.isna().any() else bool(flag)
+
+
+def simulated(results, name: str) -> bool:
+    """Whether ``name``'s runs were simulated (False for a stand-in that cannot say)."""
+    executor = getattr(results, "executor", None)
+    return executor is not None and recorded_as(executor(name)["executor"], "simulated")
 
 
 def why_left_out(results, name: str) -> str:
@@ -68,13 +75,13 @@ def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: st
 
 def judged_row(experiment: str, claim: str, paper_text: str, ours: str,
                points: Iterable[tuple[str, Judged]], value: float | None = None,
-               note: str = "") -> dict:
+               note: str = "", why: str = "") -> dict:
     """A claim judged at each labelled point: its verdict the points' (verdict.combine);
-    ``note``: said after the points in the VERSUS cell."""
+    ``note``: said after the points in the VERSUS cell, ``why`` too where the verdict is not yes."""
     points = list(points)
-    versus = "; ".join(filter(None, [versus_text(points), note]))
-    return claim_row(experiment, claim, paper_text, ours, combine(j.word for _, j in points),
-                     value, versus)
+    holds = combine(j.word for _, j in points)
+    versus = "; ".join(filter(None, [versus_text(points), note, why if holds != "yes" else ""]))
+    return claim_row(experiment, claim, paper_text, ours, holds, value, versus)
 
 
 def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
@@ -111,7 +118,7 @@ def rows_of(check, results, name: str) -> list[dict]:
     try:
         if results.summary(name).empty:
             rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)",
-                           "holds": "n/a",
+                           VERSUS: "", "holds": "n/a",
                            "spread": ""} for row in check(results.with_unreliable())]
         else:
             rows = _spread(check, results, check(results), name)

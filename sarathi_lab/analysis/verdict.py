@@ -81,11 +81,10 @@ def resolved(spread: tuple[float, float] | None, kind: str = GAIN) -> bool:
 
 
 def judge(ours: float | None, paper: float | tuple[float, float],
-          spread: tuple[float, float] | None = None, kind: str = GAIN, why: str = "") -> Judged:
+          spread: tuple[float, float] | None = None, kind: str = GAIN) -> Judged:
     """Ours against the paper; ``spread``: ours' run-to-run low and high, where repeated.
 
-    ``kind``: GAIN (a ratio to 1: its effect is ``ours - 1``) or SIZE (compared as it is).
-    ``why``: said beside a word other than yes (larger, smaller, no)."""
+    ``kind``: GAIN (a ratio to 1: its effect is ``ours - 1``) or SIZE (compared as it is)."""
     if ours is None or (isinstance(ours, float) and math.isnan(ours)):
         return Judged("n/a", why="not measured")
     if not resolved(spread, kind):
@@ -99,7 +98,7 @@ def judge(ours: float | None, paper: float | tuple[float, float],
         return Judged("unclear", ratio, f"{low:.3g} to {high:.3g} over its repeats spans "
                                         f"{word_of(versus(low, paper, kind))} and "
                                         f"{word_of(versus(high, paper, kind))}")
-    return Judged(word, ratio, "" if word == "yes" else why)
+    return Judged(word, ratio)
 
 
 def combine(words: Iterable[str]) -> str:

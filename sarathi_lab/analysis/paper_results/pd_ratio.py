@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper, verdict
-from sarathi_lab.analysis.claims import judged_row
+from sarathi_lab.analysis.claims import judged_row, simulated
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 from sarathi_lab.analysis.verdict import SIZE, Judged, judge
 from sarathi_lab.executors import recorded_as
@@ -76,7 +76,8 @@ def claims(results) -> list[dict]:
                    + f"; ~{paper.PD_WIDE_GAIN - 1:.0%} over a wide range",
                    f"{label}peak {best:.2f}x; {wide} of {len(kept)} points >= "
                    f"{paper.PD_WIDE_GAIN:g}x{left}; lowest {judged.gain.min():.2f}x{fixed}",
-                   [(name, gain) for name, _, gain in each], best),
+                   [(name, gain) for name, _, gain in each], best,
+                   why=_why(results) if simulated(results, "pd_ratio") else ""),
     ]
 
 
