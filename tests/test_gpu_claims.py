@@ -61,9 +61,9 @@ def test_a_row_written_before_two_sided_verdicts_is_re_judged_from_its_numbers(t
     gpu = tmp_path / "gpu"
     keep_run(gpu, "h200", "2026-11-27_bbbbbbb", {SPEEDUP: "2.2x-440.3x over batch sizes 2, 6 and lengths 1024"})
     (row,) = gpu_claims.judged(gpu)
-    assert (row.holds, row.recorded) == ("partly (one run: no spread)", "yes")
+    assert (row.holds, row.recorded) == ("partly (1 seed)", "yes")
     assert row.versus.startswith("the range's ends: partly (0.667-48.8x)")
-    assert "| partly (one run: no spread) (recorded: yes) |" in gpu_claims.section(gpu)
+    assert "| partly (1 seed) (recorded: yes) |" in gpu_claims.section(gpu)
 
 
 def test_a_row_that_carries_its_ours_over_the_paper_is_shown_as_written(tmp_path):
@@ -86,10 +86,10 @@ def test_the_h200_eager_lease_s_pd_ratio_gain_is_re_judged_from_its_runs():
     rows = [r for r in gpu_claims.judged(ROOT / "docs" / "gpu")
             if r.run == "2026-11-26_6218397" and r.experiment == "pd_ratio"]
     gain, peak = sorted(rows, key=lambda r: r.claim)
-    assert gain.claim.startswith("SARATHI gains") and (gain.holds, gain.recorded) == ("smaller", "yes")
+    assert gain.claim.startswith("SARATHI gains") and (gain.holds, gain.recorded) == ("smaller (1 seed)", "yes")
     assert gain.versus.startswith("C=256 B=18: unresolved (0.915-1.19x over its repeats reaches 1x); "
                                   "C=512 B=18: smaller (0.4")
-    assert peak.holds == "yes" and "C=256 B=18: unresolved" in peak.versus
+    assert peak.holds == "yes (1 seed)" and "C=256 B=18: unresolved" in peak.versus
 
 
 def test_a_pd_ratio_row_without_its_runs_is_re_judged_from_its_text_where_the_text_has_its_points(tmp_path):
@@ -102,7 +102,7 @@ def test_a_pd_ratio_row_without_its_runs_is_re_judged_from_its_text_where_the_te
     peak, gain = gpu_claims.judged(gpu)
     # Its peak lies at a third of C / (B - 1): smaller; its gain, one number over every chunk, is not
     # re-judged without the runs.
-    assert peak.holds == "smaller (one run: no spread)" and peak.versus.startswith("C=256 B=18: smaller (0.331x)")
+    assert peak.holds == "smaller (1 seed)" and peak.versus.startswith("C=256 B=18: smaller (0.331x)")
     assert gain.holds == "not re-judged (recorded: yes)" and gain.versus == ""
 
 

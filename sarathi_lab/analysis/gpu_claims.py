@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sarathi_lab.analysis import gpu_records, gpu_rejudge, registry
-from sarathi_lab.analysis.claims import NO_REPEATS
 from sarathi_lab.analysis.gpu_records import Summary, cell
 from sarathi_lab.analysis.verdict import WORDS, words_markdown
 
@@ -40,6 +39,8 @@ class Judged:
     recorded: str = ""   # the verdict the lease's claims.csv records, where it differs
 
 
+# The repeats a point needs for its verdict to rest on a spread.
+REPEATS = 3
 # claims.csv's "left out" for a claim from an unfinished sweep.
 JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 
@@ -77,22 +78,22 @@ def judged(gpu_docs: Path) -> list[Judged]:
         for row in rows:
             holds, versus, spread = gpu_rejudge.rejudge(row, kept.folder)
             recorded = row.get("holds", "") if holds in WORDS else holds
+            seeds = _seeds(kept.lease, kept.summary, row["experiment"], row.get("left out", ""))
             found.append(Judged(row["claim"], row["experiment"], row.get("paper", ""),
-                                row.get("ours", ""), spread, _unrepeated(holds, spread),
+                                row.get("ours", ""), spread, _unrepeated(holds, seeds),
                                 kept.folder.parent.name,
                                 kept.folder.name, kept.lease["commit"], kept.lease["engine"],
-                                _seeds(kept.lease, kept.summary, row["experiment"],
-                                       row.get("left out", "")),
-                                _why(whys, row | {"holds": holds}, row.get("holds", "")), versus,
-                                recorded if recorded != holds else ""))
+                                seeds, _why(whys, row | {"holds": holds}, row.get("holds", "")),
+                                versus, recorded if recorded != holds else ""))
     return found
 
 
-def _unrepeated(holds: str, spread: str) -> str:
-    """A verdict on one run a point says so: its spread is unknown."""
-    one_run = spread.strip() in ("", NO_REPEATS)
+def _unrepeated(holds: str, seeds: str) -> str:
+    """A verdict on fewer than REPEATS seeds says how many: its spread is short or unknown."""
+    count = len([s for s in seeds.split(" (")[0].split(",") if s.strip()])
     judged = holds in WORDS and holds not in ("n/a", "unclear")
-    return f"{holds} (one run: no spread)" if one_run and judged else holds
+    return (f"{holds} ({count} seed{'s' * (count != 1)})" if judged and count < REPEATS
+            else holds)
 
 
 def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
@@ -135,9 +136,10 @@ def section(gpu_docs: Path) -> str:
     how = ("Per claim and device, the newest kept run that judged it "
            "(`docs/gpu/<device>/<run>/claims.csv`); engine: the engine the run measured (eager, or "
            "replaying CUDA graphs), seeds: the seeds its sweep ran (and the jobs it stands on "
-           "where the sweep did not finish), spread: over them (none with one seed); ours / "
-           "paper and holds?: judged both ways by `sarathi_lab/analysis/verdict.py` (the words "
-           "are explained above), a run's row written before that re-judged from the numbers "
+           "where the sweep did not finish), spread: over them (none with one seed; a verdict on "
+           "fewer than three seeds says how many); ours / paper and holds?: judged both ways "
+           "by `sarathi_lab/analysis/verdict.py` (the words are explained above), a run's row "
+           "written before that re-judged from the numbers "
            "it states (`sarathi_lab/analysis/gpu_rejudge.py`), its recorded verdict beside it "
            "where that differs; why: for a claim not judged yes, the part the device explains "
            "and the part our engine does (`docs/gpu/<device>/<run>.attribution.md`, `python -m "
