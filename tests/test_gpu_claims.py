@@ -62,7 +62,7 @@ def test_a_row_written_before_two_sided_verdicts_is_re_judged_from_its_numbers(t
     keep_run(gpu, "h200", "2026-11-27_bbbbbbb", {SPEEDUP: "2.2x-440.3x over batch sizes 2, 6 and lengths 1024"})
     (row,) = gpu_claims.judged(gpu)
     assert (row.holds, row.recorded) == ("partly (1 seed)", "yes")
-    assert row.versus.startswith("the range's ends: partly (0.667-48.8x)")
+    assert row.versus.startswith("the range's ends: partly (0.667 to 48.8x)")
     assert "| partly (1 seed) (recorded: yes) |" in gpu_claims.section(gpu)
 
 

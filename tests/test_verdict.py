@@ -101,7 +101,7 @@ def test_combine_over_points():
     assert combine(["yes", "larger"]) == "partly" and combine(["larger", "smaller"]) == "no"
     assert combine(["n/a", "unresolved"]) == "unclear" and combine([]) == "n/a"
     point = over([judge(5.0, (2.8, 10.0)), judge(25.0, (2.8, 10.0)), judge(3.0, 2.0, (0.9, 1.2))])
-    assert point.word == "partly" and point.why == "1-2.67x; 1 of 3 unresolved"
+    assert point.word == "partly" and point.why == "1 to 2.67x; 1 of 3 unresolved"
 
 
 def test_nothing_measured_is_not_judged():

@@ -119,7 +119,7 @@ def over(points: Iterable[Judged]) -> Judged:
     ratios = [p.versus for p in points if p.versus is not None]
     unresolved = sum(p.word == "unresolved" for p in points)
     said = [f"{min(ratios):.3g}x" if min(ratios) == max(ratios)
-            else f"{min(ratios):.3g}-{max(ratios):.3g}x"] if ratios else []
+            else f"{min(ratios):.3g} to {max(ratios):.3g}x"] if ratios else []
     said += [f"{unresolved} of {len(points)} unresolved"] if unresolved else []
     return Judged(combine(p.word for p in points), why="; ".join(said))
 
