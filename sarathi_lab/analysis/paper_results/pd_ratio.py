@@ -22,6 +22,7 @@ def points(summary: pd.DataFrame) -> pd.DataFrame:
     keys = [*derive.WORKLOAD_KEYS, "chunk", "chunk_align"]
     normalised = gains.groupby([*keys, "effective_chunk"], as_index=False).gain.mean()
     spread = derive.pd_ratio_spread(summary)
+    # One run a side repeats nothing: no spread.
     spread.loc[spread.repeats <= 2, ["low", "high"]] = float("nan")
     return normalised.merge(spread.drop(columns="repeats"), on=keys, how="left")
 
