@@ -198,7 +198,8 @@ def test_gpu_claims_show_the_lease_s_why_and_say_when_a_lease_has_none(tmp_path)
                [{"kind": "claim", "experiment": "decode_speedup", "claim": "gain", "why": "the device's floors"}])
     whys = {r.device: r.why for r in gpu_claims.judged(gpu)}
     assert whys == {"h100": "the device's floors", "h200": "not attributed (no attribution beside the lease)"}
-    assert "| no | the device's floors |" in gpu_claims.section(gpu)
+    # A claim no reader knows keeps its recorded verdict, not re-judged.
+    assert "| not re-judged (recorded: no) | the device's floors |" in gpu_claims.section(gpu)
 
 
 def test_ridge_points_and_the_simulated_chunking_claim():

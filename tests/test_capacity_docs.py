@@ -12,6 +12,7 @@ import pytest
 
 from sarathi_lab.analysis import capacity_docs
 from sarathi_lab.analysis.capacity import MEASURED_COLUMNS, SIMULATED_COLUMNS, TABLE_COLUMNS, compact, load_searches
+from sarathi_lab.analysis.claims import COLUMNS
 from sarathi_lab.harness import REPO_ROOT
 
 CAPACITIES = {("sarathi_serve", 0.45): 0.6, ("vllm", 0.45): 0.3, ("sarathi_serve", 2.25): 0.8, ("vllm", 2.25): 0.5}
@@ -89,15 +90,21 @@ def test_a_simulated_table_says_what_predicted_it_and_its_claims_name_that(tmp_p
 
 def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, docs):
     claims = docs / "figures" / "claims.csv"
-    others = claims.read_text().splitlines()
-    others = [line for line in others if not line.startswith("capacity,")]
+    before = pd.read_csv(claims, keep_default_na=False)
+    others = before[before.experiment != "capacity"].reset_index(drop=True)
     capacity_docs.refresh(docs)
     unmeasured = pd.read_csv(claims, keep_default_na=False)
-    assert claims.read_text().splitlines()[:len(others)] == others
+    # Every other row as it was, in the claims table's columns (one written before a column gains it).
+    assert list(unmeasured.columns[:len(COLUMNS)]) == COLUMNS
+    pd.testing.assert_frame_equal(unmeasured[:len(others)][list(others.columns)], others)
     rows = unmeasured[unmeasured.experiment == "capacity"]
     measured = rows[rows.source.str.startswith("measured")]
     assert len(rows) == 8 and set(measured.ours) >= {"not measured yet"} and set(measured.holds) == {"n/a"}
-    assert (rows[~rows.source.str.startswith("measured")].holds == "yes").all()
+    # Against the paper both ways: the roofline's chunk overhead holds by construction, not judged; the
+    # arxiv_summarization gain is judged against the paper's 2.6x on openchat_sharegpt4.
+    assert rows[~rows.source.str.startswith("measured")].holds.tolist() == ["yes", "smaller", "n/a", "yes",
+                                                                           "larger"]
+    assert rows.iloc[5]["ours / paper"].startswith("by construction: the roofline cost model")
     # The Yi-34B searches on two A100s: simulated only, their strict-SLO ratio computed from the table.
     yi = pd.read_csv(docs / "capacity" / capacity_docs.TP_CSV)
     yi_strict = yi[yi.tbt_slo_s == yi.tbt_slo_s.min()].set_index("scheduler").capacity_rps
@@ -117,7 +124,8 @@ def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, d
     capacity_docs.refresh(docs)  # idempotent: the rows are replaced, not appended again
     measured = pd.read_csv(claims, keep_default_na=False)
     gain = measured[measured.experiment == "capacity"].iloc[0]
-    assert len(measured) == len(unmeasured) and gain.holds == "yes" and "2.00x at P99 TBT <= 0.45 s" in gain.ours
+    # 2x against the paper's 2.6x, but with brackets reaching below half its effect: unclear.
+    assert len(measured) == len(unmeasured) and gain.holds == "unclear" and "2.00x at P99 TBT <= 0.45 s" in gain.ours
     assert (gain.machine, gain["dtype"], gain.threads) == ("Test CPU", "bfloat16", "2")
 
 

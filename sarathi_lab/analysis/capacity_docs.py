@@ -129,7 +129,8 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
             "threads": f"{first.torch_threads:g}", "machine": str(first.device_name)})
     rows = capacity.capacity_claims(
         measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV)),
-        capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, "")))
+        capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, ""),
+                          overhead_model=by["cost_model"]))
     # Tables of other shapes, each its own claim where it exists.
     for csv, claim, suffix in ((TP_CSV, capacity.TP_CLAIM, ""),
                                (TRACE_CSV, capacity.TRACE_CLAIM, TRACE_LENGTHS)):
@@ -144,8 +145,11 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
 
 
 def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.DataFrame:
-    """The claims table with its capacity rows replaced (appended if absent)."""
-    return pd.concat([table[table.experiment != "capacity"], claims(docs)], ignore_index=True)
+    """The claims table with its capacity rows replaced (appended if absent), in the claims
+    table's columns (a table written before a column existed gains it, empty)."""
+    joined = pd.concat([table[table.experiment != "capacity"], claims(docs)], ignore_index=True)
+    columns = [*claim_checks.COLUMNS, *(c for c in table.columns if c not in claim_checks.COLUMNS)]
+    return joined.reindex(columns=columns)
 
 
 def draw(docs: str | Path = DOCS) -> list[Path]:

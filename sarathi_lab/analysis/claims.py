@@ -1,11 +1,18 @@
-"""The claims table: a row per claim and source, each check yes, partly, no, n/a or unclear."""
+"""The claims table: a row per claim and source, judged against the paper by analysis/verdict.py."""
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import pandas as pd
 
+from sarathi_lab.analysis.verdict import Judged, combine, versus_text
+from sarathi_lab.executors import recorded_as
+
 PROVENANCE = ["source", "scale", "dtype", "threads", "machine", "commit"]
 DIFFERS = "differs by cost model"
-COLUMNS = ["experiment", "claim", "paper", "source", "ours", "spread", "holds", "left out",
+# Ours' effect over the paper's at each point the verdict judged (verdict.judge).
+VERSUS = "ours / paper"
+COLUMNS = ["experiment", "claim", "paper", "source", "ours", VERSUS, "spread", "holds", "left out",
            *PROVENANCE[1:], DIFFERS]
 NO_REPEATS = "one run per point: no spread"
 
@@ -24,25 +31,18 @@ def no_run(root) -> str:
 def missing_row(name: str, root) -> dict:
     """The row of an experiment with no finished run: named, not judged."""
     return {"experiment": name, "claim": "(every claim of it)", "paper": "", "ours": no_run(root),
-            "holds": "n/a",
+            VERSUS: "", "holds": "n/a",
             "spread": "", "left out": f"every run: {no_run(root)}"} | dict.fromkeys(PROVENANCE, "")
-
-
-def verdict(flags) -> str:
-    """None: a point not judged (a failed job); the verdict is on the others."""
-    flags = [f for f in flags if f is not None]
-    return "n/a" if not flags else "yes" if all(flags) else "partly" if any(flags) else "no"
 
 
 def unless_missing(values: pd.Series, flag) -> bool | None:
     return None if values.isna().any() else bool(flag)
 
 
-def saturated_by(sat: dict, tokens: int) -> bool | None:
-    """None (unresolved) when reached at the fewest tokens measured, those past ``tokens``."""
-    if sat["tokens"] <= tokens:
-        return True
-    return None if sat["tokens"] == sat["fewest_measured"] else False
+def simulated(results, name: str) -> bool:
+    """Whether ``name``'s runs were simulated (False for a stand-in that cannot say)."""
+    executor = getattr(results, "executor", None)
+    return executor is not None and recorded_as(executor(name)["executor"], "simulated")
 
 
 def why_left_out(results, name: str) -> str:
@@ -66,10 +66,22 @@ def with_range(values: pd.Series) -> str:
 
 
 def claim_row(experiment: str, claim: str, paper_text: str, ours: str, holds: str,
-              value: float | None = None) -> dict:
-    """``value``: the row's headline number, its range the spread (None: each repeat's verdict)."""
+              value: float | None = None, versus: str = "") -> dict:
+    """``value``: the row's headline number, its range the spread (None: each repeat's verdict);
+    ``versus``: the VERSUS cell (verdict.versus_text)."""
     return {"experiment": experiment, "claim": claim, "paper": paper_text, "ours": ours,
-            "holds": holds, "value": value}
+            VERSUS: versus, "holds": holds, "value": value}
+
+
+def judged_row(experiment: str, claim: str, paper_text: str, ours: str,
+               points: Iterable[tuple[str, Judged]], value: float | None = None,
+               note: str = "", why: str = "") -> dict:
+    """A claim judged at each labelled point: its verdict the points' (verdict.combine);
+    ``note``: said after the points in the VERSUS cell, ``why`` too where the verdict is not yes."""
+    points = list(points)
+    holds = combine(j.word for _, j in points)
+    versus = "; ".join(filter(None, [versus_text(points), note, why if holds != "yes" else ""]))
+    return claim_row(experiment, claim, paper_text, ours, holds, value, versus)
 
 
 def _spread(check, results, rows: list[dict], name: str) -> list[dict]:
@@ -106,7 +118,7 @@ def rows_of(check, results, name: str) -> list[dict]:
     try:
         if results.summary(name).empty:
             rows = [row | {"ours": f"no reliable run ({unreliable}; include_unreliable keeps them)",
-                           "holds": "n/a",
+                           VERSUS: "", "holds": "n/a",
                            "spread": ""} for row in check(results.with_unreliable())]
         else:
             rows = _spread(check, results, check(results), name)

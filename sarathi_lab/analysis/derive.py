@@ -103,6 +103,22 @@ def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
                                                             gains.chunk_align)])
 
 
+def pd_ratio_spread(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per sarathi point (workload, chunk, alignment): its gain's ``low`` and ``high`` over every
+    repeat of both sides, and ``repeats`` (runs behind it). static ignores the chunk, so the static
+    runs of one workload at every chunk and seed repeat one baseline: their range is its noise."""
+    metric, keys = "total_throughput_tok_s", list(WORKLOAD_KEYS)
+    runs = summary.assign(chunk_align=chunk_align(summary)).dropna(subset=[metric])
+    base = (runs[runs.scheduler == BASELINE].groupby(keys)[metric]
+            .agg(base_low="min", base_high="max", base_runs="count"))
+    point = [*keys, "chunk", "chunk_align"]
+    ours = (runs[runs.scheduler != BASELINE].groupby(point)[metric]
+            .agg(ours_low="min", ours_high="max", ours_runs="count").reset_index())
+    out = ours.join(base, on=keys).dropna(subset=["base_low"])
+    return out.assign(low=out.ours_low / out.base_high, high=out.ours_high / out.base_low,
+                      repeats=out.ours_runs + out.base_runs)[[*point, "low", "high", "repeats"]]
+
+
 def _effective_chunk(chunk: float, batch_size: float, align: str, tile: int) -> float:
     if align != "tile":
         return chunk

@@ -6,12 +6,17 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sarathi_lab.analysis import gpu_records, registry
+from sarathi_lab.analysis import gpu_records, gpu_rejudge, registry
 from sarathi_lab.analysis.gpu_records import Summary, cell
+from sarathi_lab.analysis.verdict import WORDS, words_markdown
 
 BEGIN = ("<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; "
          "edits here are replaced -->")
 END = "<!-- /gpu-claims -->"
+# Where RESULTS.md lists what each verdict word means (verdict.WORDS), rewritten beside the claims.
+WORDS_BEGIN = ("<!-- verdict-words: written by python -m sarathi_lab.analysis.publish --gpu-claims "
+               "from sarathi_lab/analysis/verdict.py; edits here are replaced -->")
+WORDS_END = "<!-- /verdict-words -->"
 # The seeds a paper sweep's command named.
 SEEDS = re.compile(r"\bseed=([0-9][0-9,]*)")
 
@@ -30,8 +35,12 @@ class Judged:
     engine: str      # eager, or with which CUDA graphs (lease.json)
     seeds: str
     why: str = ""    # for a claim not judged "yes": the lease's attribution of it
+    versus: str = ""   # ours / paper at each point judged (analysis/verdict.py)
+    recorded: str = ""   # the verdict the lease's claims.csv records, where it differs
 
 
+# The repeats a point needs for its verdict to rest on a spread.
+REPEATS = 3
 # claims.csv's "left out" for a claim from an unfinished sweep.
 JOBS = re.compile(r"incomplete: ([0-9]+) of ([0-9]+) jobs")
 
@@ -67,13 +76,24 @@ def judged(gpu_docs: Path) -> list[Judged]:
             continue
         whys = _whys(kept.folder)
         for row in rows:
+            holds, versus, spread = gpu_rejudge.rejudge(row, kept.folder)
+            recorded = row.get("holds", "") if holds in WORDS else holds
+            seeds = _seeds(kept.lease, kept.summary, row["experiment"], row.get("left out", ""))
             found.append(Judged(row["claim"], row["experiment"], row.get("paper", ""),
-                                row.get("ours", ""), row.get("spread", ""), row.get("holds", ""),
+                                row.get("ours", ""), spread, _unrepeated(holds, seeds),
                                 kept.folder.parent.name,
                                 kept.folder.name, kept.lease["commit"], kept.lease["engine"],
-                                _seeds(kept.lease, kept.summary, row["experiment"],
-                                       row.get("left out", "")), _why(whys, row)))
+                                seeds, _why(whys, row | {"holds": holds}, row.get("holds", "")),
+                                versus, recorded if recorded != holds else ""))
     return found
+
+
+def _unrepeated(holds: str, seeds: str) -> str:
+    """A verdict on fewer than REPEATS seeds says how many: its spread is short or unknown."""
+    count = len([s for s in seeds.split(" (")[0].split(",") if s.strip()])
+    judged = holds in WORDS and holds not in ("n/a", "unclear")
+    return (f"{holds} ({count} seed{'s' * (count != 1)})" if judged and count < REPEATS
+            else holds)
 
 
 def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
@@ -86,12 +106,16 @@ def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
         return None
 
 
-def _why(whys: dict | None, row: dict) -> str:
+def _why(whys: dict | None, row: dict, recorded: str = "") -> str:
     if row.get("holds", "").strip() == "yes":
         return ""
     if whys is None:
         return "not attributed (no attribution beside the lease)"
-    return whys.get((row.get("experiment", ""), row.get("claim", ""))) or "not attributed"
+    found = whys.get((row.get("experiment", ""), row.get("claim", "")))
+    if not found and recorded.strip() == "yes":
+        return ("not attributed (the lease's attribution covers the claims its recorded verdict "
+                "left short of yes)")
+    return found or "not attributed"
 
 
 def newest(rows: list[Judged]) -> tuple[list[Judged], list[Judged]]:
@@ -112,24 +136,30 @@ def section(gpu_docs: Path) -> str:
     how = ("Per claim and device, the newest kept run that judged it "
            "(`docs/gpu/<device>/<run>/claims.csv`); engine: the engine the run measured (eager, or "
            "replaying CUDA graphs), seeds: the seeds its sweep ran (and the jobs it stands on "
-           "where the sweep did not finish), spread: over them (none with one seed); why: for a "
-           "claim that does not hold, the part the device explains and the part our engine does "
-           "(`docs/gpu/<device>/<run>.attribution.md`, `python -m "
+           "where the sweep did not finish), spread: over them (none with one seed; a verdict on "
+           "fewer than three seeds says how many); ours / paper and holds?: judged both ways "
+           "by `sarathi_lab/analysis/verdict.py` (the words are explained above), a run's row "
+           "written before that re-judged from the numbers "
+           "it states (`sarathi_lab/analysis/gpu_rejudge.py`), its recorded verdict beside it "
+           "where that differs; why: for a claim not judged yes, the part the device explains "
+           "and the part our engine does (`docs/gpu/<device>/<run>.attribution.md`, `python -m "
            "sarathi_lab.analysis.attribute`). Older runs follow as history.")
     lines = [BEGIN, "", "### Every claim on the newest GPU run of each device", "", how, "",
-             ("| claim | paper | device | run (commit) | engine | seeds | measured | spread | "
-              "holds? | why |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             ("| claim | paper | device | run (commit) | engine | seeds | measured | ours / paper "
+              "| spread | holds? | why |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {cell(r.claim)} | {cell(r.paper)} | {r.device.upper()} | {link(r)} "
               f"(`{r.commit}`) | {cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | "
-              f"{cell(r.spread)} | {cell(r.holds)} | {cell(r.why)} |" for r in current]
+              f"{cell(r.versus)} | {cell(r.spread)} | {cell(_holds(r))} | {cell(r.why)} |"
+              for r in current]
     if history:
         lines += ["", "History: the same claims on older runs.", "",
-                  "| claim | device | run (commit) | engine | seeds | measured | holds? | why |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  ("| claim | device | run (commit) | engine | seeds | measured | ours / paper | "
+                   "holds? | why |"),
+                  "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {cell(r.claim)} | {r.device.upper()} | {link(r)} (`{r.commit}`) | "
-                  f"{cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | {cell(r.holds)} | "
-                  f"{cell(r.why)} |" for r in history]
+                  f"{cell(r.engine)} | {cell(r.seeds)} | {cell(r.ours)} | {cell(r.versus)} | "
+                  f"{cell(_holds(r))} | {cell(r.why)} |" for r in history]
     judged_here = {r.experiment for r in current}
     waiting = [r.name for r in registry.RESULTS if r.gpu is not None and r.name not in judged_here]
     if waiting:
@@ -139,12 +169,25 @@ def section(gpu_docs: Path) -> str:
     return "\n".join([*lines, "", END])
 
 
+def _holds(r: Judged) -> str:
+    return r.holds + (f" (recorded: {r.recorded})" if r.recorded else "")
+
+
+def words_section() -> str:
+    return f"{WORDS_BEGIN}\n{words_markdown()}\n{WORDS_END}"
+
+
 def write(results_md: Path, gpu_docs: Path) -> Path:
-    """Rewrites ``results_md`` between MARKERS (placed by hand once); ValueError without them."""
+    """Rewrites ``results_md`` between BEGIN and END (placed by hand once; ValueError without
+    them), and between WORDS_BEGIN and WORDS_END where placed."""
     text = results_md.read_text()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"{results_md} is invalid: it has no section between {BEGIN!r} and "
                          f"{END!r} to rewrite")
-    results_md.write_text(text[:start] + section(gpu_docs) + text[end + len(END):])
+    text = text[:start] + section(gpu_docs) + text[end + len(END):]
+    start, end = text.find(WORDS_BEGIN), text.find(WORDS_END)
+    if 0 <= start < end:
+        text = text[:start] + words_section() + text[end + len(WORDS_END):]
+    results_md.write_text(text)
     return results_md

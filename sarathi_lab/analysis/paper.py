@@ -9,8 +9,10 @@ from sarathi_lab.engine.tiles import GEMM_TILE
 # Fig. 3/4 at sequence length 1024: decode over prefill per-token time, by batch size.
 DECODE_OVER_PREFILL = {1: 200.0, 2: 100.0, 18: 16.7}
 # Fig. 4: prefill throughput saturates at about 180 tokens/ms once batch x length reaches 512.
+# Fig. 4a's rate is one layer's: LLaMA-13B's LAYERS run a token that many times slower.
 PREFILL_SATURATION_TOKENS = 512
 PREFILL_TOKENS_PER_MS = 180.0
+LAYERS = 40
 
 # Fig. 7: iteration time (ms) by tokens in the batch; the GPU's matmul tile is 128 tokens.
 TILE = GEMM_TILE
@@ -19,6 +21,8 @@ TILE_JUMP = TILE_TIMES_MS[257] / TILE_TIMES_MS[256] - 1
 
 # Fig. 8 (chunk 256): decode throughput over the baseline, across batch sizes and lengths 1K-3K.
 DECODE_SPEEDUP = (2.8, 10.0)
+# Sec. 5.2: the largest batch the A6000 fits at each length; the paper ran no batch past it there.
+MAX_BATCH = {1024: 18, 2048: 10, 3072: 6}
 DECODE_SPEEDUP_33B_A100 = 4.25
 
 # Fig. 9 / 11b: the gain peaks at P:D = C / (B - 1); about 10% over a wide range of P:D.

@@ -24,12 +24,13 @@ def searches(results) -> pd.DataFrame:
 def claims(results) -> list[dict]:
     from sarathi_lab.analysis import capacity
 
-    found = capacity._gain(capacity.Evidence(searches=searches(results)))
-    ours, holds, spread = found or ("sarathi_serve and vllm not both searched", "n/a", "")
+    found = (capacity.gain(capacity.Evidence(searches=searches(results)))
+             or capacity.Found("sarathi_serve and vllm not both searched", "n/a", ""))
     # The search brackets are one search's spread; seeds add theirs (claims._spread).
     return [claim_row("capacity", CLAIM,
                       f"{paper.CAPACITY_GAIN_OVER_VLLM}x (Mistral-7B, A100, strict 0.1 s)",
-                      f"{ours}{f'; brackets {spread}' if spread else ''}", holds)]
+                      f"{found.ours}{f'; brackets {found.spread}' if found.spread else ''}",
+                      found.holds, versus=found.versus)]
 
 
 def figure(results, simulated=None):

@@ -2,8 +2,48 @@
 from __future__ import annotations
 
 from sarathi_lab.analysis import derive, paper
-from sarathi_lab.analysis.claims import claim_row, saturated_by, verdict
+from sarathi_lab.analysis.claims import judged_row
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, gpu_minutes
+from sarathi_lab.analysis.verdict import SIZE, Judged, judge
+from sarathi_lab.model import load_config
+
+
+def decode_over_prefill_points(ratios: dict[int, float]) -> list[tuple[str, Judged]]:
+    """Ours at each batch size the paper gives (Fig. 3/4), by batch size measured."""
+    return [(f"B={b:g}", judge(ratios[b], paper.DECODE_OVER_PREFILL[b]))
+            for b in paper.DECODE_OVER_PREFILL if b in ratios]
+
+
+def saturation_point(tokens: int, fewest_measured: bool) -> Judged:
+    """Where prefill saturates against the paper's 512; reached at the fewest tokens measured it
+    is only a bound (no fewer than that is known), unresolved where the bound could still agree."""
+    judged = judge(tokens, paper.PREFILL_SATURATION_TOKENS, kind=SIZE)
+    if fewest_measured and judged.word != "smaller":
+        return Judged("unresolved", why=f"saturated at the fewest tokens measured, {tokens}")
+    return judged
+
+
+def per_layer_rate(tokens_per_ms: float, layers: int | None) -> str:
+    """A whole model's prefill rate beside the paper's, which is one layer's (Fig. 4a)."""
+    if layers is None:
+        return (f"rate not compared: the paper's ~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms is one "
+                "layer's, and these runs do not name their model's layers")
+    per_layer = tokens_per_ms * layers
+    return (f"a layer's rate {per_layer:.0f} tokens/ms ({tokens_per_ms:.3g} x {layers} layers), "
+            f"{per_layer / paper.PREFILL_TOKENS_PER_MS:.2g}x the paper's one-layer "
+            f"~{paper.PREFILL_TOKENS_PER_MS:g} (a device's speed: not judged)")
+
+
+def _layers(results) -> int | None:
+    """The layers of the runs' model; None where the runs do not name a model we can read."""
+    try:
+        models = results.summary("per_token_cost").model.dropna().unique()
+    except (KeyError, AttributeError, FileNotFoundError):
+        return None
+    try:
+        return load_config(str(models[0])).num_hidden_layers if len(models) == 1 else None
+    except ValueError:
+        return None
 
 
 def claims(results) -> list[dict]:
@@ -16,24 +56,28 @@ def claims(results) -> list[dict]:
     at_least = " (the fewest measured)" if sat["tokens"] == sat["fewest_measured"] else ""
     total = derive.iteration_ms(results)
     fine = derive.saturation(total.index / total)
-    # Points starting past 512 tokens cannot tell; the finer sweep decides.
-    coarse = saturated_by(sat, paper.PREFILL_SATURATION_TOKENS)
+    # Points starting at the fewest tokens measured cannot tell; the finer sweep decides.
+    chosen = fine if sat["tokens"] == sat["fewest_measured"] else sat
+    saturation = saturation_point(chosen["tokens"],
+                                  chosen["tokens"] == chosen["fewest_measured"])
+    rate = per_layer_rate(sat["tokens_per_ms"], _layers(results))
     return [
-        claim_row("per_token_cost",
-                  "At small batch a decode token costs 10x or more a prefill token",
-                  "200x at batch 1, 16.7x at batch 18 (length 1024)",
-                  f"{small.ratio:.1f}x at batch {small.batch_size:g}, {large.ratio:.1f}x at batch "
-                  f"{large.batch_size:g} (length {small.seq_len:g})", verdict([small.ratio >= 10]),
-                  small.ratio),
-        claim_row("per_token_cost", "Prefill throughput saturates by batch x length = 512 tokens",
-                  f"~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms from "
-                  f"{paper.PREFILL_SATURATION_TOKENS} tokens",
-                  f"{sat['tokens_per_ms']:.2f} tokens/ms; within 10% of it from {sat['tokens']} "
-                  f"tokens{at_least}; in tile_quantization's "
-                  f"finer steps from {fine['tokens']} tokens",
-                  verdict([coarse if coarse is not None
-                           else saturated_by(fine, paper.PREFILL_SATURATION_TOKENS)]),
-                  sat["tokens"]),
+        judged_row("per_token_cost",
+                   "At small batch a decode token costs 10x or more a prefill token",
+                   "200x at batch 1, 16.7x at batch 18 (length 1024)",
+                   f"{small.ratio:.1f}x at batch {small.batch_size:g}, {large.ratio:.1f}x at batch "
+                   f"{large.batch_size:g} (length {small.seq_len:g})",
+                   decode_over_prefill_points(dict(zip(ratio.batch_size, ratio.ratio))),
+                   small.ratio),
+        judged_row("per_token_cost", "Prefill throughput saturates by batch x length = 512 tokens",
+                   f"~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms a layer (Fig. 4a; "
+                   f"{paper.PREFILL_TOKENS_PER_MS / paper.LAYERS:.1f} for LLaMA-13B's "
+                   f"{paper.LAYERS}) from {paper.PREFILL_SATURATION_TOKENS} tokens",
+                   f"{sat['tokens_per_ms']:.2f} tokens/ms (whole model); within 10% of it from "
+                   f"{sat['tokens']} tokens{at_least}; in tile_quantization's "
+                   f"finer steps from {fine['tokens']} tokens",
+                   [(f"saturates from {chosen['tokens']} tokens", saturation)], chosen["tokens"],
+                   rate),
     ]
 
 
