@@ -27,10 +27,16 @@ def unresolved_note(gains: pd.DataFrame) -> str:
 
 
 def claims(results) -> list[dict]:
-    gains = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
+    every = quantities.decode_speedup(results.table("decode_speedup", "piggyback"))
     low, high = paper.DECODE_SPEEDUP
+    # The batch sizes the paper ran, those its A6000 held at each length, are the verdict's; larger
+    # ones (a what-if KV cache) are shown apart.
+    what_if = derive.beyond_paper_device(every)
+    gains = every[~what_if]
     over = (f" over batch sizes {', '.join(f'{b:g}' for b in sorted(gains.batch_size.unique()))} "
             f"and lengths {', '.join(f'{s:g}' for s in sorted(gains.seq_len.unique()))}")
+    if what_if.any():
+        over += " (at each length those the paper's A6000 held)"
     aligned = (gains.chunk_align.eq("tile") if "chunk_align" in gains
                else pd.Series(False, index=gains.index))
     # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
@@ -47,7 +53,7 @@ def claims(results) -> list[dict]:
                        else "no point resolved", unresolved_note(g)))
     unresolved = "; ".join(label + note for label, _, note in ranges if note)
     ours = ("; ".join(label + text for label, text, _ in ranges) + over
-            + (f"; {unresolved}" if unresolved else ""))
+            + (f"; {unresolved}" if unresolved else "") + _what_ifs(every[what_if]))
     # A point within noise holds where its bound reaches the paper's low end; else not judged.
     bounds = judged[~judged.resolved].gain_bound
     flags = [*(resolved.gain >= low), *(True if b >= low else None for b in bounds)]
@@ -56,6 +62,20 @@ def claims(results) -> list[dict]:
                       f"{low:g}x-{high:g}x (13B/A6000, chunk 256); up to "
                       f"{paper.DECODE_SPEEDUP_33B_A100}x (33B/A100)",
                       ours, verdict(flags), resolved.gain.min() if len(resolved) else None)]
+
+
+def _what_ifs(extra: pd.DataFrame) -> str:
+    """The what-if points' range, by chunk alignment where both ran ('' where none)."""
+    extra = extra[extra.resolved]
+    if extra.empty:
+        return ""
+    points = ", ".join(f"B={b:g} at {s:g}" for s, b in
+                       sorted(set(zip(extra.seq_len, extra.batch_size))))
+    by = (extra.groupby("chunk_align") if "chunk_align" in extra and extra.chunk_align.nunique() > 1
+          else [(None, extra)])
+    text = "; ".join((f"{'tile-aligned' if a == 'tile' else 'fixed'} " if a else "")
+                     + f"{g.gain.min():.1f}x-{g.gain.max():.1f}x" for a, g in by)
+    return f"; what-if batches beyond the A6000's memory ({points}), not judged: {text}"
 
 
 def _why(gains: pd.DataFrame, low: float, high: float) -> str:
@@ -82,6 +102,23 @@ def _why(gains: pd.DataFrame, low: float, high: float) -> str:
             "kernels measured on the paper's GPU.")
 
 
+def _hatch_what_ifs(ax, drawn: pd.DataFrame) -> None:
+    """Hatches the bars of batches larger than the paper's A6000 held at their length."""
+    lengths, sizes = sorted(drawn.seq_len.unique()), sorted(drawn.batch_size.unique())
+    # seaborn's bars: a container per hue level (length), a bar per x category (batch size).
+    hatched = False
+    for length, bars in zip(lengths, ax.containers):
+        for size, bar in zip(sizes, bars):
+            if bool(derive.beyond_paper_device(pd.DataFrame({"seq_len": [length],
+                                                             "batch_size": [size]})).iloc[0]):
+                bar.set_hatch("//")
+                bar.set_alpha(0.5)
+                hatched = True
+    if hatched:
+        ax.bar(0, 0, width=0, color="white", edgecolor="grey", hatch="//",
+               label="what-if: beyond the A6000's memory (not judged)")
+
+
 def figure(results, simulated=None):
     from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
@@ -105,6 +142,7 @@ def figure(results, simulated=None):
             title += "\n" + unresolved_note(gains).replace(" (", "\n(", 1)
         figures.sns.barplot(resolved, x="batch_size", y="gain", hue="seq_len", ax=ax,
                             palette=colors(resolved.seq_len.nunique()), errorbar=figures.SPREAD)
+        _hatch_what_ifs(ax, resolved)
         ax.axhspan(low, high, color="black", alpha=0.08, label=f"paper: {low:g}x-{high:g}x")
         ax.axhline(1, color="black", lw=1, label="baseline (1x)")
         # No wider than the panel: a wider centred line ran over the y label.
