@@ -76,7 +76,7 @@ def test_orca_s_best_case_staggers_each_setup_s_own_batch():
     assert _run(PAPER[0], "workload=synthetic").workload.stagger == 0
 
 
-@pytest.mark.parametrize("name", ["orca_compare"])
+@pytest.mark.parametrize("name", ["orca_compare", "chunk_batch"])
 def test_the_simulated_sweeps_run_the_paper_s_setups_and_only_their_own_axes(name):
     params = compose_config([f"experiment=sim/{name}"], hydra=True).hydra.sweeper.params
     swept = str(params["setup"]).split(",")
