@@ -55,7 +55,7 @@ def test_default_config_is_valid_and_sweepable_by_bare_name():
 
 
 def test_every_group_option_composes():
-    for group in ("model", "scheduler", "workload", "device", "logger", "executor", "scale", "experiment"):
+    for group in ("model", "scheduler", "workload", "device", "logger", "executor", "scale", "experiment", "setup"):
         for option in _group_options(CONF_DIR / group):
             if (group, option) == ("device", "cuda") and not torch.cuda.is_available():
                 continue  # refused here: test_cuda_without_a_gpu_is_refused
@@ -415,11 +415,13 @@ def test_conf_repeats_the_dataclasses_defaults():
         given = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path).engine).items() if k != "executor"}
         assert given == {k: engine[k] for k in given}, path
     # What a workload is for (its request count, how they arrive and at what rate: a trace replays its
-    # own by default) is its own, not a repeated default; `defaults` is Hydra's (azure_*.yaml extend trace.yaml).
+    # own by default) is its own, not a repeated default; `defaults` is Hydra's (azure_*.yaml extend trace.yaml,
+    # staggered.yaml synthetic.yaml, whose stagger is what it is for).
     own = {"kind", "path", "num_requests", "arrival", "qps", "defaults"}
     workload = {f.name: f.default for f in dataclasses.fields(WorkloadCfg)}
     for path in (CONF_DIR / "workload").glob("*.yaml"):
-        given = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k not in own}
+        its = own | ({"stagger"} if path.stem == "staggered" else set())
+        given = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k not in its}
         assert given == {k: workload[k] for k in given}, path
 
 

@@ -148,7 +148,7 @@ def test_plan_puts_no_step_longer_than_the_budget_in_a_call():
     assert all(s.minutes <= 3.0 for call in calls for s in call)
     plan = format_plan(list(STEPS), 3.0)
     assert ("not started at --budget-min=3: paper.decode_speedup (4 min), paper.pd_ratio (8.4 min), "
-            "paper.chunk_overhead (3.6 min), paper.orca_compare (5.3 min)") in plan
+            "paper.chunk_overhead (3.6 min), paper.chunk_batch (8.9 min), paper.orca_compare (5.3 min)") in plan
     assert "paper.scheduler_latency.seed0-qps2 (3.2 min)" in plan and "paper.capacity.strict (6.7 min)" in plan
     assert "not started" not in format_plan(list(STEPS), 9.0)
 

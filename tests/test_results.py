@@ -243,6 +243,23 @@ def test_load_runs_gives_one_row_per_finished_run_with_swept_keys(tmp_path):
     assert load_runs(tmp_path / "nothing").empty
 
 
+def test_a_group_choice_the_config_does_not_name_is_told_apart_by_its_resolved_keys(tmp_path):
+    # workload=staggered records its kind, synthetic: its stagger (batch_size, resolved per job) is the
+    # column that tells Orca's best case from the lock step; scheduler=orca is its own column, no more.
+    workload = {"kind": "synthetic", "num_requests": 54, "stagger": 18}
+    for job, (choice, stagger) in enumerate((("synthetic", 0), ("staggered", 18))):
+        (tmp_path / str(job)).mkdir()
+        write_results(tmp_path / str(job), _tables(), RunResult(
+            summary=_metrics().summary(), config={"scheduler": "orca", "workload": "synthetic"},
+            environment={}, overrides=[f"workload={choice}", "scheduler=orca", "setup=a6000_13b_1k"],
+            resolved_config={"workload": workload | {"stagger": stagger}, "scheduler": {"name": "orca"}},
+            partial=False, wall_time_s=1.0))
+    runs = load_runs(tmp_path)
+    assert runs.workload.tolist() == ["synthetic", "synthetic"]
+    assert runs["workload.stagger"].fillna(0).tolist() == [0, 18]
+    assert not any(c.startswith("scheduler.") for c in runs) and "setup" in runs
+
+
 def test_load_runs_reads_a_run_written_before_names_carried_units(tmp_path):
     # The names such a run wrote, spelled out here rather than taken from results.RENAMED.
     old_summary = {"total_throughput": 100.0, "ttft_p50": 0.5, "tbt_p99": 0.05, "e2e_p90": 2.0, "makespan_s": 3.0}

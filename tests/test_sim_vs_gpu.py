@@ -1,5 +1,5 @@
 """The comparison of measured GPU runs with their simulated rebuilds, at CI size: tiny runs of every run
-kind the GPU suite measures (pd_ratio and orca_compare serve; per_token_cost, decode_speedup,
+kind the GPU suite measures (pd_ratio, orca_compare and chunk_batch serve; per_token_cost, decode_speedup,
 chunk_overhead and tile_quantization time hand-built batches), measured on this CPU, stand for the
 GPU's (their times are not under test, only that each run is rebuilt from its own command line, batched
 or built as the real engine did, and every timed iteration paired with its prediction)."""
@@ -16,7 +16,9 @@ from sarathi_lab.measure.sim_check import sim_vs_gpu
 from sarathi_lab.measure.sim_check import sim_vs_gpu_report as report
 from sarathi_lab.sim.cost_model import CostModel
 
-RUN_KINDS = {"pd_ratio", "orca_compare", "per_token_cost", "decode_speedup", "chunk_overhead", "tile_quantization"}
+RUN_KINDS = {"pd_ratio", "orca_compare", "per_token_cost", "decode_speedup", "chunk_overhead", "tile_quantization",
+             "chunk_batch"}
+SERVING = {"pd_ratio", "orca_compare", "chunk_batch"}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def compared(measured, tmp_path_factory):
 
 def test_every_run_kind_is_compared_and_rebuilt_as_the_real_engine_ran_it(measured, compared):
     (table, points, _), work = compared
-    assert set(table.run_kind) == RUN_KINDS and len(table) == 9 and set(table.cost_model) == {"roofline"}
+    assert set(table.run_kind) == RUN_KINDS and len(table) == 10 and set(table.cost_model) == {"roofline"}
     assert table.identical_batches.all() and (table.iterations_real == table.iterations_sim).all()
     assert (table.points > 0).all()
     # The rebuild ran on the simulator with the run's own keys, not the real engine again.
@@ -47,7 +49,7 @@ def test_every_run_kind_is_compared_and_rebuilt_as_the_real_engine_ran_it(measur
         keys = ("task", "scheduler", "pd_ratio", "chunk", "batch_size", "seq_len")
         assert {k: record["config"][k] for k in keys} == {k: original["config"][k] for k in keys}
     serving = table[table.task == "serve"]
-    assert set(serving.run_kind) == {"pd_ratio", "orca_compare"}
+    assert set(serving.run_kind) == SERVING
     for key in sim_vs_gpu.LATENCIES:
         assert serving[f"{key}_rel_err"].notna().all() and (serving[f"{key}_sim"] > 0).all()
     assert (points.measured_s > 0).all() and (points.simulated_s > 0).all()
@@ -198,7 +200,7 @@ def test_smoke_writes_every_table_and_the_figure(tmp_path, monkeypatch):
     assert set(refused.run_kind) == RUN_KINDS and refused.status.str.startswith("unavailable").all()
     assert {"decode", "prefill", "hybrid"} <= set(errors[errors.run_kind == report.ALL_RUNS].kind)
     serving = pd.read_csv(tmp_path / "serving_errors.csv")
-    assert set(serving.run_kind) == {"pd_ratio", "orca_compare"} and (serving.identical_batches == serving.runs).all()
+    assert set(serving.run_kind) == SERVING and (serving.identical_batches == serving.runs).all()
     gains = pd.read_csv(tmp_path / "gains.csv")
     assert {"roofline", "profile"} <= set(gains.columns)
     for name in ("claims.csv", "errors.png"):

@@ -95,6 +95,18 @@ def pd_ratio_gains(summary: pd.DataFrame) -> pd.DataFrame:
     """Each sarathi run over the static runs just before it (same workload): drifts hit both."""
     gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)),
                                   keys=(*WORKLOAD_KEYS, "chunk")).dropna(subset=["gain"])
+    return _with_effective_chunk(gains, summary)
+
+
+def chunk_batch_gains(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each sarathi run over its workload's static runs (Fig. 13c): static reads no chunk, so one
+    baseline serves every chunk."""
+    gains = normalised_throughput(summary.assign(chunk_align=chunk_align(summary)))
+    return _with_effective_chunk(gains.dropna(subset=["gain"]), summary)
+
+
+def _with_effective_chunk(gains: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """``effective_chunk``: the chunk each run's iterations held beside B - 1 decodes."""
     # The tile sarathi aligned to, where a sweep set it.
     tiles = summary["scheduler.tile"].dropna().unique() if "scheduler.tile" in summary else []
     tile = int(tiles[0]) if len(tiles) else paper.TILE
@@ -143,6 +155,13 @@ def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
     peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b)
                                    for c, b in zip(peaks[ran], peaks.batch_size)]
     return peaks.reset_index(drop=True)
+
+
+def beyond_paper_device(frame: pd.DataFrame) -> pd.Series:
+    """Rows with a larger batch than the paper's A6000 held at their length: what-ifs, no verdict's.
+    Lengths the paper did not run (a scaled-down sweep's) hold no what-if."""
+    largest = frame.seq_len.map(paper.LARGEST_BATCH)
+    return (frame.batch_size > largest).fillna(False).astype(bool)
 
 
 def orca_variants(summary: pd.DataFrame) -> pd.DataFrame:

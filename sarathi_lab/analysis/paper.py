@@ -21,9 +21,11 @@ TILE_JUMP = TILE_TIMES_MS[257] / TILE_TIMES_MS[256] - 1
 
 # Fig. 8 (chunk 256): decode throughput over the baseline, across batch sizes and lengths 1K-3K.
 DECODE_SPEEDUP = (2.8, 10.0)
-# Sec. 5.2: the largest batch the A6000 fits at each length; the paper ran no batch past it there.
-MAX_BATCH = {1024: 18, 2048: 10, 3072: 6}
 DECODE_SPEEDUP_33B_A100 = 4.25
+
+# §5.2: the largest batch of LLaMA-13B an A6000 holds at each length, as the paper ran it (Fig.
+# 11a's batches, the batch sizes Fig. 8 could run there). A larger one at these lengths: a what-if.
+LARGEST_BATCH = {1024: 18, 2048: 10, 3072: 6}
 
 # Fig. 9 / 11b: the gain peaks at P:D = C / (B - 1); about 10% over a wide range of P:D.
 PD_PEAKS = [  # (chunk, batch_size, pd_ratio, normalised throughput)
@@ -36,6 +38,10 @@ PD_WIDE_GAIN = 1.10
 CHUNK64_ATTENTION_SLOWDOWN = 3.0
 CHUNK64_PREFILL_SLOWDOWN = 5.0
 PREFILL_SLOWDOWN_BOUND = {256: 1.20, 512: 1.10}
+# Fig. 13c: a batch's end-to-end throughput over the baseline with decodes riding, by chunk: chunk
+# 64 about the baseline, 128 up to 1.16x, 256 above 320.
+CHUNK_BATCH_GAIN = {64: 1.0, 128: 1.16}
+CHUNK_BATCH_ABOVE = (256, 320)
 
 # Fig. 11a: throughput over the baseline by sequence length.
 ORCA_FIG11A = {

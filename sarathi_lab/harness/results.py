@@ -292,12 +292,17 @@ def _override_columns(record: dict) -> dict[str, Any]:
     columns = {}
     for override in record["overrides"]:
         key = override_key(override)
-        if key.startswith("hydra") or key in record["config"]:
-            continue
         value = record["resolved_config"]
         for part in key.replace("/", ".").split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        columns |= _flatten(key, value)
+        # A key the config records is its column; a group choice it does not name
+        # (workload=staggered, recorded as its kind, synthetic) is told apart by its resolved keys.
+        choice = override.split("=", 1)[-1]
+        named = key in record["config"] and (not isinstance(value, dict)
+                                             or choice == str(record["config"][key]))
+        if key.startswith("hydra") or named:
+            continue
+        columns |= {k: v for k, v in _flatten(key, value).items() if k not in record["config"]}
     return columns
 
 

@@ -1,4 +1,5 @@
-"""Fig. 13: what chunking a prompt costs (attention, prefill, end to end, KV re-read)."""
+"""Fig. 13a/b: what chunking a prompt costs (attention, prefill, one request end to end, KV
+re-read); Fig. 13c, a batch with decodes riding, is chunk_batch's."""
 from __future__ import annotations
 
 import pandas as pd
@@ -73,7 +74,8 @@ def figure(results, simulated=None):
     panels = [("attention_slowdown", "attention", {64: paper.CHUNK64_ATTENTION_SLOWDOWN}),
               ("prefill_slowdown", "prefill",
                {64: paper.CHUNK64_PREFILL_SLOWDOWN} | paper.PREFILL_SLOWDOWN_BOUND),
-              ("end_to_end_slowdown", "end to end", {}), ("kv_reread_ratio", "KV tokens read", {})]
+              ("end_to_end_slowdown", "one request", {}),
+              ("kv_reread_ratio", "KV tokens read", {})]
     sim_label = figures.simulated_label(simulated, "chunk_overhead")
     fig, axes = figures.subplots(1, 4, figsize=(18, 4.2))
     for ax, (column, label, refs) in zip(axes, panels):

@@ -60,6 +60,11 @@ QUEUE: tuple[Call, ...] = (
           "paper.scheduler_latency.seed2"),
          "capacity under the relaxed SLO; P99 TBT over three seeds (its spread)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
+    Call(("paper.chunk_batch",),
+         "Fig. 13c: a batch's end-to-end gain over the baseline by chunk at the paper's 1K setup "
+         "(B = 18, P:D 15), decodes riding: chunk 64 about the baseline, 128 up to 1.16x, 256 "
+         "above 320; fixed and tile-aligned chunks, three seeds",
+         "experiment=sim/chunk_batch (python -m sarathi_lab.produce chunk_batch --sim)"),
 )
 REST = Call((), "every other step of the suite, in suite order",
             "the claims (analysis.claims) of the run before")

@@ -55,7 +55,7 @@ VS_GPU = DOCS / "vs_gpu"
 # The smoke's runs: pd_ratio's two schedulers at two ratios, and one of every other run kind.
 _SMOKE_PAIRS = tuple((ratio, scheduler) for ratio in (4, 16) for scheduler in ("static", "sarathi"))
 _SMOKE_KINDS = ("orca_compare", "per_token_cost", "decode_speedup", "chunk_overhead",
-                "tile_quantization")
+                "tile_quantization", "chunk_batch")
 
 
 def finished_runs(root: Path) -> tuple[list[Path], Counter]:

@@ -1,0 +1,133 @@
+"""How far the simulated headlines of pd_ratio (Fig. 9/11b) and orca_compare (Fig. 11a) move with
+SARATHI's chunk alignment: the fixed chunk beside the tile-aligned one (chunk + B - 1 decodes in
+whole 128-token tiles, as the paper), at the paper's setups on a simulated A6000
+(docs/sim/README.md, section 6). Runs experiment=sim/pd_ratio and sim/orca_compare, which sweep
+both, unless --runs names a results root that holds them (python -m sarathi_lab.produce pd_ratio
+orca_compare --sim)."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from sarathi_lab import cli_args, provenance
+from sarathi_lab.analysis import derive, paper
+from sarathi_lab.analysis.paper_results.orca_compare import ALIGNED
+from sarathi_lab.analysis.runs import Results
+from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.harness.cli_check import compose_config
+from sarathi_lab.harness.compose import run_as_command
+from sarathi_lab.harness.results import simulated_source
+
+EXPERIMENTS = ("pd_ratio", "orca_compare")
+OUT = REPO_ROOT / "docs" / "sim" / "chunk_align_sensitivity.csv"
+WRITER = "python -m sarathi_lab.measure sim_chunk_align"
+ALIGNMENTS = {"none": "fixed", "tile": "tile_aligned"}
+
+
+def planned_source() -> str:
+    """Where the sweeps' numbers will come from, as their runs will say (before any runs)."""
+    engines = [compose_config([f"experiment=sim/{name}"]).engine for name in EXPERIMENTS]
+    return " / ".join(sorted({simulated_source(e.sim_device, e.sim_cost_model) for e in engines}))
+
+
+def run_sims(root: Path) -> None:
+    """The two simulated sweeps into ``root``, laid out as produce --sim lays them."""
+    for name in EXPERIMENTS:
+        sweep = root / name / "multiruns" / "full-chunk_align"
+        if run_as_command(["-m", f"experiment=sim/{name}", f"hydra.sweep.dir={sweep}"], quiet=True):
+            raise SystemExit(f"error: experiment=sim/{name} failed "
+                             f"(see {sweep}/sweep_summary.json)")
+
+
+def pd_ratio_rows(results: Results) -> list[dict]:
+    """Per chunk: the peak gain over P:D and where it lies, with each alignment."""
+    gains = derive.pd_ratio_gains(results.summary("pd_ratio"))
+    keys = [*derive.WORKLOAD_KEYS, "chunk", "chunk_align"]
+    means = gains.groupby(keys, as_index=False).gain.mean()
+    paper_peaks = {(c, b): (pd_, g) for c, b, pd_, g in paper.PD_PEAKS}
+    rows = []
+    for (chunk, size, length), point in means.groupby(["chunk", "batch_size", "seq_len"]):
+        peaks = point.loc[point.groupby("chunk_align").gain.idxmax()].set_index("chunk_align")
+        pd_, g = paper_peaks.get((chunk, size), (None, None))
+        where = {"experiment": "pd_ratio", "seq_len": length, "batch_size": size, "chunk": chunk}
+        rows += [where | {"headline": "peak gain over the baseline (x)", "paper": g}
+                 | _by_alignment(peaks.gain),
+                 where | {"headline": "P:D of the peak", "paper": pd_}
+                 | _by_alignment(peaks.pd_ratio)]
+    return rows
+
+
+def orca_compare_rows(results: Results) -> list[dict]:
+    """Per paper setup (what-ifs left out): SARATHI over the baseline and over Orca's best case."""
+    gains = derive.orca_compare(results.summary("orca_compare"))
+    gains = gains[~derive.beyond_paper_device(gains)]
+    means = gains.groupby(["seq_len", "batch_size", "chunk", "variant"]).gain.mean()
+    rows = []
+    for (length, size, chunk), by in means.groupby(level=[0, 1, 2]):
+        by = by.droplevel([0, 1, 2])
+        sarathi = pd.Series({"none": by.get("SARATHI"), "tile": by.get(ALIGNED)})
+        where = {"experiment": "orca_compare", "seq_len": length, "batch_size": size,
+                 "chunk": chunk}
+        rows += [where | {"headline": "SARATHI over the baseline (x)",
+                          "paper": paper.ORCA_FIG11A["SARATHI"].get(length)}
+                 | _by_alignment(sarathi),
+                 where | {"headline": "SARATHI over Orca's best case (x)",
+                          "paper": _ratio(paper.ORCA_FIG11A["SARATHI"].get(length),
+                                          paper.ORCA_FIG11A["Orca best"].get(length))}
+                 | _by_alignment(sarathi / by.get("Orca best"))]
+    return rows
+
+
+def _ratio(a, b):
+    return None if a is None or b is None else a / b
+
+
+def _by_alignment(values: pd.Series) -> dict:
+    """The fixed and tile-aligned values and how far the headline moves from one to the other."""
+    out = {column: values.get(align) for align, column in ALIGNMENTS.items()}
+    both = all(v is not None and pd.notna(v) for v in out.values())
+    return out | {"moves": out["tile_aligned"] - out["fixed"] if both else None}
+
+
+def table(results: Results) -> pd.DataFrame:
+    columns = ["experiment", "headline", "seq_len", "batch_size", "chunk", "paper", "fixed",
+               "tile_aligned", "moves"]
+    return pd.DataFrame(pd_ratio_rows(results) + orca_compare_rows(results), columns=columns)
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    p = cli_args.Parser(prog=WRITER, description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=Path, help="a results root holding both simulated sweeps "
+                                             "(default: run them into a temporary folder)")
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--force", action="store_true", help="replace a table another command wrote")
+    args = p.parse_args(argv)
+    how = "--force replaces it; --out FILE writes elsewhere"
+    with tempfile.TemporaryDirectory(prefix="sim_chunk_align-") as scratch:
+        root = args.runs or Path(scratch)
+        if args.runs is None:
+            # Refused before the sweeps run, on the source they will record.
+            provenance.check_or_refuse(p, {args.out: provenance.Provenance(
+                planned_source(), scale="full", writer=WRITER)}, args.force, how)
+            run_sims(root)
+        results = Results(root)
+        if missing := [n for n in EXPERIMENTS if n in results.missing()]:
+            p.error(f"--runs={root} is invalid: it holds no finished run of {', '.join(missing)}")
+        source = " / ".join(sorted({results.source(n) for n in EXPERIMENTS}))
+        prov = provenance.Provenance(source, scale="full", writer=WRITER)
+        provenance.check_or_refuse(p, {args.out: prov}, args.force, how)
+        out = table(results)
+    pd.set_option("display.width", 160)
+    print(f"How far each headline moves with the chunk alignment ({source}; moves: tile-aligned "
+          "minus fixed):")
+    print(out.round(3).to_string(index=False))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    out.to_csv(args.out, index=False, float_format="%.4g")
+    provenance.record({args.out: prov})
+    return out
+
+
+if __name__ == "__main__":
+    main()
