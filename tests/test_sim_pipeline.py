@@ -3,6 +3,8 @@ pipeline served by the engine's loop, the all-reduce term by hand, identical run
 Fig. 12's direction."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from transformers import AutoConfig
@@ -10,9 +12,9 @@ from transformers import AutoConfig
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import make_scheduler
-from sarathi_lab.measure.sim_check.sim_pipeline import GPT3, fig12, zipf_lengths
-from sarathi_lab.sim.device import load_device
-from sarathi_lab.sim.parallel import StageCostModel, StageTimes
+from sarathi_lab.measure.sim_check.pipeline_setup import PipelineSetup
+from sarathi_lab.measure.sim_check.sim_pipeline import GPT3, fig12, stage_costs, zipf_lengths
+from sarathi_lab.sim.parallel import StageTimes
 from sarathi_lab.sim.pipeline_run import PipelineRun, serve_pipeline
 from sarathi_lab.sim.sharding import Parallelism, shard_config
 
@@ -67,14 +69,18 @@ def test_tensor_parallel_shard_and_all_reduce_by_hand():
     shard = shard_config(gpt3, par)
     assert ((shard.num_attention_heads, shard.head_dim, shard.intermediate_size, shard.num_hidden_layers)
             == (12, 128, 4096, 12))
-    cost = StageCostModel(load_device("a100", "float16"), gpt3, par)
+    cost = stage_costs(PipelineSetup(), 8)
     tokens = 256
     one = 10e-6 + 2 * 7 / 8 * tokens * 12288 * 2 / 240e9
-    assert cost.all_reduce(tokens * 12288 * 2) == pytest.approx(one, rel=1e-12)
+    assert cost.stage.all_reduce(tokens * 12288 * 2) == pytest.approx(one, rel=1e-12)
     t = cost.times([(tokens, tokens)], [], 0)
-    bare = cost.roofline.iteration_cost([(tokens, tokens)], [], 0)
+    bare = cost.stage.shard.iteration_cost([(tokens, tokens)], [], 0)
     assert t.stage_s == pytest.approx(bare.forward_s - bare.ops["lm_head"] + 2 * 12 * one, rel=1e-12)
     assert t.p2p_s == pytest.approx(5e-6 + tokens * 12288 * 2 / 8 / 25e9, rel=1e-12)
+    # The stage-0 host step the A100's cost model prices (a100.yaml: 1.5 ms + 0.5 us a token).
+    assert t.host_s == pytest.approx(1.5e-3 + 0.5e-6 * tokens, rel=1e-12)
+    assert stage_costs(PipelineSetup(stage0_host=False), 8).times([(tokens, tokens)], [], 0) == replace(
+        t, host_s=0.0)
     # 96 layers over 7 stages as the engine splits them: 14 on the first five, 13 on the last two.
     assert shard_config(gpt3, Parallelism(tp=8, pp=7)).num_hidden_layers == 14
     with pytest.raises(ConfigError, match=r"^sim_tp=7 is invalid for model='': its 96 attention heads"):
@@ -93,10 +99,11 @@ def test_bad_link_figures_fail_with_one_line(key, value, allowed):
 
 
 def test_same_seed_gives_identical_runs_and_sarathi_has_fewer_bubbles():
-    a, results = fig12(num_requests=60, seed=3, progress=lambda _: None)
-    b, _ = fig12(num_requests=60, seed=3, progress=lambda _: None)
-    assert a.drop(columns="sim_cpu_s").equals(b.drop(columns="sim_cpu_s"))
-    orca, sarathi = results["orca"], results["sarathi"]
+    setup = PipelineSetup(requests=60, seed=3)
+    a, _, results = fig12(setup, progress=lambda _: None, flips=())
+    b, _, _ = fig12(setup, progress=lambda _: None, flips=())
+    assert a.equals(b)
+    (orca,), (sarathi,) = results["orca_tp_pp"], results["sarathi_tp_pp"]
     assert (orca.metrics.summary()["num_requests"], sarathi.metrics.summary()["num_requests"]) == (60, 60)
     assert np.median(sarathi.request_bubble_s) < np.median(orca.request_bubble_s)
 

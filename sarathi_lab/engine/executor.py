@@ -44,6 +44,12 @@ class PipelineExecutor(Executor):
     def collect(self) -> StepOutput:
         """The oldest uncollected batch's tokens (waiting for them)."""
 
+    def oldest_left(self) -> bool:
+        """Whether the oldest batch in flight has left the last stage and is handed over before the
+        next batch is scheduled (sarathi-serve's output thread takes each as it leaves); False:
+        taken only when the pipeline is full or nothing else can be scheduled."""
+        return False
+
     @abstractmethod
     def drain(self) -> None:
         """Wait for every batch in flight, dropping their tokens (a run stopping early)."""

@@ -57,12 +57,14 @@ class LLMEngine:
         return self.finish(batch, self.executor.execute(batch), t_start, schedule_s)
 
     def advance(self) -> tuple[bool, IterationRecord | None]:
-        """A pipeline submits while it has room, else collects the oldest (as vLLM's does)."""
+        """A pipeline submits while it has room, else collects the oldest (as vLLM's does); an
+        executor that hands outputs over as they leave (``oldest_left``) has them taken first."""
         in_flight, scheduler = self._in_flight, self.scheduler
         if in_flight is None:
             record = self.step() if scheduler.has_work() else None
             return record is not None, record
-        if len(in_flight) < self.executor.depth and scheduler.has_work():
+        left = bool(in_flight) and self.executor.oldest_left()
+        if not left and len(in_flight) < self.executor.depth and scheduler.has_work():
             batch, t_start, schedule_s = self._schedule()
             if batch:
                 self.executor.submit(batch)

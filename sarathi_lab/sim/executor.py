@@ -59,12 +59,17 @@ class _InFlight(NamedTuple):
 
 class SimulatedPipelineExecutor(PipelineExecutor):
     """``depth`` micro-batches in flight (default one a stage). ``waiting_since``: when stage 0
-    had each one's work after waiting on an empty pipeline (NaN: it did not wait)."""
+    had each one's work after waiting on an empty pipeline (NaN: it did not wait).
+    ``collect_as_leaves``: each micro-batch's tokens are handed over once it has left the last
+    stage, before the next is scheduled (sarathi-serve's PipelineParallelLLMEngine); False: only
+    when the pipeline is full or the scheduler has nothing to give, as this engine's real
+    pipeline does."""
 
     def __init__(self, cost: StageCosts, clock: VirtualClock, eos_token_id: int | None = None,
-                 depth: int | None = None):
+                 depth: int | None = None, collect_as_leaves: bool = False):
         self.cost, self.clock = cost, clock
         self.depth = depth or cost.stages
+        self.collect_as_leaves = collect_as_leaves
         self.token = fixed_token(eos_token_id)
         self.stage_free = [0.0] * cost.stages
         self.stage_busy_s = [0.0] * cost.stages
@@ -85,6 +90,10 @@ class SimulatedPipelineExecutor(PipelineExecutor):
         self._in_flight.append(_InFlight(len(batch.sampled), begins[0], exit_s, times))
         self.clock.sleep_until(ends[0])
         self._moved = self.clock.now()
+
+    def oldest_left(self) -> bool:
+        flight = self._in_flight
+        return self.collect_as_leaves and bool(flight) and flight[0].exit <= self.clock.now()
 
     def collect(self) -> StepOutput:
         mb = self._in_flight.popleft()

@@ -18,11 +18,9 @@ from sarathi_lab.sim.cost_model import (
     batch_tokens,
     register_cost_model,
 )
-from sarathi_lab.sim.device import Device
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.interpolate import Curve
-from sarathi_lab.sim.roofline import RooflineCostModel
-from sarathi_lab.sim.sharding import Parallelism, shard_config
+from sarathi_lab.sim.sharding import Parallelism
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -136,26 +134,6 @@ def through_stages(times: StageTimes, now: float, stage_free: list[float],
     return begins, ends
 
 
-class StageCostModel:
-    """What a micro-batch costs one GPU of a stage, from the roofline of its shard."""
-
-    def __init__(self, device: Device, config: ModelConfig, par: Parallelism,
-                 dtype: str = "float16"):
-        self.par, self.stages = par, par.pp
-        self.shard = shard_config(config, par)
-        self.roofline = RooflineCostModel(device, self.shard, dtype)
-        self.hidden_bytes = config.hidden_size * self.roofline.elem_bytes
-        self.layers = self.shard.num_hidden_layers
-        self.all_reduce = AllReduce(par.tp, par.allreduce_latency_s, par.allreduce_bandwidth)
-
-    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
-              num_sampled: int) -> StageTimes:
-        cost = self.roofline.iteration_cost(prefills, decodes, num_sampled)
-        tokens = batch_tokens(prefills, decodes)
-        allreduce = 2 * self.layers * self.all_reduce(tokens * self.hidden_bytes)
-        return StageTimes.of(cost, self.par.p2p_s(tokens, self.hidden_bytes), allreduce)
-
-
 @register_cost_model(TENSOR_PARALLEL)
 class TensorParallelCostModel(CostModel):
     """``tp`` GPUs as one stage: the shard plus two all-reduces a layer."""
@@ -211,3 +189,17 @@ class PipelineCostModel(CostModel):
         forward, sends = ends[-1] - times.host_s, (stages - 1) * times.p2p_s
         return IterationCost(times.host_s, forward, times.sample_s,
                              {"stages": forward - sends, "p2p": sends})
+
+
+@dataclass(frozen=True)
+class HostOverlapped:
+    """``cost``'s stages with the driver's host step before stage 0 taken as overlapped (0)."""
+    cost: PipelineCostModel
+
+    @property
+    def stages(self) -> int:
+        return self.cost.stages
+
+    def times(self, prefills: list[tuple[int, int]], decodes: list[int],
+              num_sampled: int) -> StageTimes:
+        return replace(self.cost.times(prefills, decodes, num_sampled), host_s=0.0)

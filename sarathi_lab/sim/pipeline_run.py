@@ -36,12 +36,16 @@ class PipelineRun:
 
 
 def serve_pipeline(scheduler: Scheduler, cost: StageCosts, lengths: list[tuple[int, int]],
-                   arrivals: list[float] | None = None, depth: int | None = None) -> PipelineRun:
-    """Requests of (prompt, decode) at ``arrivals``, ``depth`` micro-batches in flight."""
+                   arrivals: list[float] | None = None, depth: int | None = None,
+                   collect_as_leaves: bool = False) -> PipelineRun:
+    """Requests of (prompt, decode) at ``arrivals``, ``depth`` micro-batches in flight, each
+    collected as it leaves the last stage or when the pipeline is full (the executor's
+    ``collect_as_leaves``)."""
     arrivals = [0.0] * len(lengths) if arrivals is None else list(arrivals)
     seqs = [Sequence(i, [1] * p, d, a) for i, ((p, d), a) in enumerate(zip(lengths, arrivals))]
     clock = VirtualClock()
-    executor = SimulatedPipelineExecutor(cost, clock, depth=depth)
+    executor = SimulatedPipelineExecutor(cost, clock, depth=depth,
+                                         collect_as_leaves=collect_as_leaves)
     metrics = Metrics()
     LLMEngine(scheduler, executor, clock).run(seqs, metrics, SamplingParams())
     spans = executor.stage_spans

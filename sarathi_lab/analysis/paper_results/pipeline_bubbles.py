@@ -12,7 +12,9 @@ from sarathi_lab.analysis.verdict import judge, meets
 
 NAME = "pipeline_bubbles"
 # SARATHI's Fig. 12: GPT-3 on 64 A100s (TP8 x PP8), simulated.
-PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91}
+# End to end: SARATHI TP+PP over Orca TP+PP, over 8 TP8 replicas (TP-only), TP-only over Orca TP+PP.
+PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91, "tp_only_ratio": 1.48,
+         "tp_only_over_orca": 1.28}
 SARATHI, BASELINES = "sarathi", ("vllm", "orca")
 LABELS = {"vllm": "baseline (vllm, prefill-first)", "orca": "Orca-style (orca)",
           "sarathi": "SARATHI (sarathi)"}

@@ -246,10 +246,12 @@ class Scheduler(ABC):
                 decodes.append(seq)
         return [s for s in prefilling if s.status is Status.RUNNING]
 
-    def _schedule_whole_prefills(self, batch: ScheduledBatch,
-                                 max_tokens: int | None = None) -> None:
+    def _schedule_whole_prefills(self, batch: ScheduledBatch, max_tokens: int | None = None,
+                                 max_prompts: int | None = None) -> None:
         tokens = 0
         while self.waiting and len(self.running) < self.config.max_batch_size:
+            if max_prompts is not None and len(batch.prefills) >= max_prompts:
+                break
             seq = self.waiting[0]
             if not self._admits(seq):
                 break
