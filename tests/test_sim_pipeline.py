@@ -63,6 +63,34 @@ def test_waiting_for_an_arrival_is_no_bubble():
     assert res.stage_start_s[0].tolist() == [0.0, 10.0]
 
 
+class FourStages:
+    """Four stages, one second a micro-batch and a tenth a token: chunks and decodes both cost."""
+    stages = 4
+
+    def times(self, prefills, decodes, num_sampled) -> StageTimes:
+        tokens = sum(c for c, _ in prefills) + len(decodes)
+        return StageTimes(stage_s=1.0 + 0.1 * tokens, last_extra_s=0.0, p2p_s=0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_sarathi_micro_batch_carries_a_chunk_while_a_prompt_waits_and_the_pipeline_has_room(seed):
+    # B - 1 decodes and one chunk a micro-batch (P:D = C / (B - 1) = 8 / 3): outputs collected as
+    # they leave merge micro-batches, and the oldest B requests not in flight all decoding must not
+    # send one out without the waiting prompt while the pipeline holds fewer than B a micro-batch.
+    batch, cost = 4, FourStages()
+    sched = make_scheduler("sarathi", BlockManager(4096, 16), {"chunk_align": "none"},
+                           max_batch_size=batch, chunk_size=8, max_model_len=64)
+    run = serve_pipeline(sched, cost, zipf_lengths(200, 16, 64, 0.4, 3.0, seed), collect_as_leaves=True)
+    reqs, checked = run.metrics.requests, 0
+    for it in run.metrics.iterations:
+        # Held when it was scheduled: admitted by an earlier micro-batch, not yet finished.
+        held = sum(r.first_scheduled < it.start < r.finish for r in reqs)
+        if any(r.first_scheduled >= it.start for r in reqs) and held < batch * cost.stages:
+            checked += 1
+            assert it.num_prefill_tokens > 0, f"micro-batch {it.iteration}: {held} held, no chunk"
+    assert checked > len(run.metrics.iterations) * 0.8
+
+
 def test_tensor_parallel_shard_and_all_reduce_by_hand():
     gpt3 = AutoConfig.from_pretrained(GPT3)
     par = Parallelism(tp=8, pp=8)

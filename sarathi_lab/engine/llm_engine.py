@@ -28,6 +28,8 @@ class LLMEngine:
         # (batch, start, schedule_s), oldest first; None: one batch at a time.
         self._in_flight: deque[tuple[ScheduledBatch, float, float]] | None = (
             deque() if isinstance(executor, PipelineExecutor) and executor.depth > 1 else None)
+        if self._in_flight is not None:
+            scheduler.micro_batches = executor.depth
 
     def start(self, metrics: Metrics, sampling: SamplingParams) -> None:
         self.metrics, self._records = metrics, {}

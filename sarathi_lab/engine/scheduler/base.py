@@ -89,6 +89,9 @@ class Scheduler(ABC):
         self.waiting: list[Sequence] = []  # in arrival order, preempted requests included
         self.running: list[Sequence] = []
         self.in_flight: set[int] = set()
+        # Micro-batches a pipeline holds at once, each of up to max_batch_size requests (the cache
+        # is sized for all of them); the engine sets it from its executor.
+        self.micro_batches = 1
 
     @classmethod
     def cache_refusal(cls, config: SchedulerConfig, block_manager: BlockManager) -> str | None:
@@ -139,7 +142,7 @@ class Scheduler(ABC):
         if not self.in_flight and len(everyone) <= cap:
             self.compose(batch)
             return batch.freeze()
-        shown = [s for s in everyone if s.seq_id not in self.in_flight][:cap]
+        shown = self.micro_batch([s for s in everyone if s.seq_id not in self.in_flight])
         seen = {s.seq_id for s in shown}
         held = [s for s in everyone if s.seq_id not in seen]
         self.running = shown
@@ -148,6 +151,10 @@ class Scheduler(ABC):
         finally:  # the policy admits to and preempts from the requests it saw
             self.running = list(heapq.merge(self.running, held, key=lambda s: s.priority))
         return batch.freeze()
+
+    def micro_batch(self, free: list[Sequence]) -> list[Sequence]:
+        """The requests not in flight (``free``, oldest first) a micro-batch's policy sees."""
+        return free[:self.config.max_batch_size]
 
     @abstractmethod
     def compose(self, batch: ScheduledBatch) -> None:

@@ -4,6 +4,7 @@ from typing import Literal
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.scheduler.base import Scheduler, SchedulerConfig, register_scheduler
+from sarathi_lab.engine.sequence import Sequence, split_prefilling
 from sarathi_lab.engine.tiles import GEMM_TILE, aligned_chunk
 
 CHUNK_ALIGNS = ("auto", "none", "tile")
@@ -59,6 +60,23 @@ class SarathiScheduler(Scheduler):
             return aligned_chunk(size, decodes, self.config.tile)
         except ValueError:
             return size
+
+    def micro_batch(self, free: list[Sequence]) -> list[Sequence]:
+        """B - 1 decodes and a prompt's chunk wherever a prompt can go: the oldest B requests
+        not in flight, all decoding, would leave out the ongoing prefill behind them, or the
+        waiting prompt the pipeline has room for (B requests a micro-batch in flight), and the
+        micro-batch would go out without a chunk."""
+        cap = self.config.max_batch_size
+        shown = free[:cap]
+        if len(shown) < cap or split_prefilling(shown)[1]:
+            return shown
+        ongoing = split_prefilling(free[cap:])[1]
+        if ongoing:
+            return shown[:cap - 1] + ongoing[:1]
+        if (self.waiting and len(self.running) < cap * self.micro_batches
+                and self._admits(self.waiting[0])):
+            return shown[:cap - 1]
+        return shown
 
     def compose(self, batch: ScheduledBatch) -> None:
         ongoing = self._schedule_decodes(batch)
