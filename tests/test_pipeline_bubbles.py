@@ -235,7 +235,8 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     for run, rows in bubbles.groupby("run_dir"):
         assert summary.set_index("run_dir").at[run, "bubble_p50_s"] == pytest.approx(rows.bubble_s.median())
     rows = registry.by_name("pipeline_bubbles").claims(results)
-    assert [r["holds"] in ("yes", "no", "partly") for r in rows] == [True, True]
+    # Judged (whatever the tiny model gives), never left n/a.
+    assert [r["holds"] in ("yes", "larger", "smaller", "no", "partly", "unclear") for r in rows] == [True, True]
     assert "measured" in rows[0]["ours"] and "simulated" in rows[0]["ours"]
     fig = registry.by_name("pipeline_bubbles").figure(results)
     assert "simulated by sim/pipeline.py" in fig._suptitle.get_text()
@@ -274,13 +275,15 @@ def test_the_ratios_and_the_claims_by_hand():
     assert base.measured.tolist() == [3.0, 4.0] and base.simulated.tolist() == [2.5, 2.5]
     assert base.gap.tolist() == pytest.approx([2.5 / 3 - 1, 2.5 / 4 - 1])
     bubbles, within = result.claims(_Runs(_summary(sim=True)))
-    assert bubbles["holds"] == "yes" and bubbles["value"] == pytest.approx(3.5)
+    # 3.0-4.0x against the paper's 6.29x: effects 0.38-0.57 of the paper's, which span "smaller" and
+    # "yes" (the 2x band), so the two-sided verdict is unclear.
+    assert bubbles["holds"] == "unclear" and bubbles["value"] == pytest.approx(3.5)
     assert "measured 3.50x (3.00-4.00x), simulated 2.50x" in bubbles["ours"]
     # The gaps: baseline -17% and -38%, Orca-style 1.5 / 1.5 - 1 = 0% and 1.5 / 2 - 1 = -25%: one of four within 15%.
     assert within["holds"] == "partly" and within["value"] == pytest.approx(1 - 2.5 / 4)
     # Without a profile the measurement stands and the prediction is said to be missing, not judged.
     bubbles, within = result.claims(_Runs(_summary(sim=False)))
-    assert bubbles["holds"] == "yes" and "simulated left out (no profile" in bubbles["ours"]
+    assert bubbles["holds"] == "unclear" and "simulated left out (no profile" in bubbles["ours"]
     assert within["holds"] == "n/a"
 
 
