@@ -125,6 +125,22 @@ def test_another_model_or_linear_layer_is_built_and_release_frees_it():
     assert shared.held_bytes(CPU) == 0
 
 
+def test_a_gpu_job_plans_from_the_memory_free_before_the_kept_engine_was_built(monkeypatch):
+    # No GPU here: the kept model says it is on one, and the free memory read before its build is faked.
+    from sarathi_lab.model import memory, shared_engine
+
+    shared = SharedEngine()
+    monkeypatch.setattr(shared_engine, "_free_bytes", lambda device: 80 * 10**9 if device == "cuda" else None)
+    monkeypatch.setattr(memory, "SHARED", shared)
+    key = shared_engine.ModelKey("tiny", "bfloat16", "cuda", "triton", "auto")
+    shared.model(key, load_config("tiny"), 0, 128, make_backend("torch", CPU), lambda: _model(0))
+    # Every job plans from that figure, whatever the kept engine holds now: a fresh process's.
+    assert memory.device_memory_bytes(torch.device("cuda")) == 80 * 10**9
+    assert shared.free_before(CPU) is None and shared.held_bytes(torch.device("cuda")) == 0
+    shared.release()
+    assert shared.free_before(torch.device("cuda")) is None
+
+
 def test_a_runs_engine_is_shared_unless_switched_off(monkeypatch):
     from sarathi_lab.harness.compose import compose_config
     from sarathi_lab.harness.schema import parse_config

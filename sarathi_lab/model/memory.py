@@ -48,12 +48,14 @@ def device_memory_bytes(device: torch.device) -> int:
     """Free, as a fresh process would find it: what the shared engine holds counts as free (it
     frees it before building anything else)."""
     if device.type == "cuda":
+        if (before := SHARED.free_before(device)) is not None:
+            return before
         import torch
 
         # Freed memory stays reserved by torch's allocator, which mem_get_info counts as taken.
         gc.collect()
         torch.cuda.empty_cache()
-        return torch.cuda.mem_get_info(device)[0] + SHARED.held_bytes(device)
+        return torch.cuda.mem_get_info(device)[0]
     return host_memory.available().bytes + SHARED.held_bytes(device)
 
 

@@ -60,7 +60,7 @@ class _Kept:
     model_config: ModelConfig
     model: CausalLM
     seed: int
-    base_reserved: int  # the device's reserved bytes before the build: the rest is the engine's
+    free_before: int | None  # a GPU's free bytes before the build: what a fresh process finds
     rotary: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     cache: torch.Tensor | None = None
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
@@ -108,9 +108,9 @@ class SharedEngine:
                build: Callable[[], CausalLM]) -> CausalLM:
         held = self._kept is not None
         self.release()  # before the build: the plan counted the kept memory as free
-        base = _reserved(key.device)
+        free = _free_bytes(key.device)
         model = built(key, seed, build, " (the kept one did not match)" if held else "")
-        self._kept = kept = _Kept(key, model_config, model, seed, base)
+        self._kept = kept = _Kept(key, model_config, model, seed, free)
         kept.rotary[max_positions] = _tables(model)
         self.builds += 1
         return model
@@ -184,15 +184,18 @@ class SharedEngine:
             self._kept.graphs.clear()
             self._kept.pool = None
 
-    def held_bytes(self, device: torch.device) -> int:
-        """The device memory the kept engine holds, which a fresh process would find free."""
+    def free_before(self, device: torch.device) -> int | None:
+        """A GPU's free bytes before the kept engine was built there, as a fresh process would
+        find them (None: nothing kept on it). Every job plans from the same figure."""
         kept = self._kept
-        if kept is None or kept.key.device != str(device):
-            return 0
-        if device.type == "cuda":
-            import torch
+        return kept.free_before if kept is not None and kept.key.device == str(device) else None
 
-            return max(0, torch.cuda.memory_reserved(device) - kept.base_reserved)
+    def held_bytes(self, device: torch.device) -> int:
+        """The host memory the kept engine's tensors take, which a fresh process would find free
+        (0 for a GPU: free_before)."""
+        kept = self._kept
+        if kept is None or device.type != "cpu" or kept.key.device != str(device):
+            return 0
         tensors = [*kept.model.parameters(), *kept.model.buffers()]
         tensors += [kept.cache] if kept.cache is not None else []
         tensors += [t for pair in kept.rotary.values() for t in pair]
@@ -238,12 +241,13 @@ def _nbytes(t: torch.Tensor) -> int:
         return t.numel() * t.element_size()
 
 
-def _reserved(device: str) -> int:
+def _free_bytes(device: str) -> int | None:
     if not device.startswith("cuda"):
-        return 0
+        return None
     import torch
 
-    return torch.cuda.memory_reserved(torch.device(device))
+    _free_cached(device)
+    return torch.cuda.mem_get_info(torch.device(device))[0]
 
 
 def _free_cached(device: torch.device | str) -> None:
