@@ -23,7 +23,7 @@ from sarathi_lab.harness import runner
 from sarathi_lab.model import build_model, cuda_graphs, load_config
 from sarathi_lab.model.cpu_linear import PackedLinear
 from sarathi_lab.model.loader import reseed, rotary_for
-from sarathi_lab.model.shared_engine import SharedEngine
+from sarathi_lab.model.shared_engine import ModelKey, SharedEngine
 from sarathi_lab.plan import plan_engine
 from tests.test_cuda_graphs import replayed_capture
 
@@ -123,6 +123,31 @@ def test_another_model_or_linear_layer_is_built_and_release_frees_it():
     assert shared.held_bytes(torch.device("meta")) == 0
     shared.release()
     assert shared.held_bytes(CPU) == 0
+
+
+def test_weights_whose_draw_was_cut_short_are_drawn_again_whatever_the_seed(monkeypatch):
+    from sarathi_lab.model import loader
+
+    shared = SharedEngine()
+
+    def model(seed: int):
+        return shared.model(ModelKey("tiny", "float32", "cpu", "torch", "auto"), load_config("tiny"), seed, 128,
+                            make_backend("torch", CPU), lambda: _model(0))
+
+    kept = model(0)
+    real = loader.reseed
+
+    def cut_short(lm, name, seed):
+        next(lm.parameters()).data.fill_(7.0)  # some weights drawn, then a signal
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loader, "reseed", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        model(1)
+    monkeypatch.setattr(loader, "reseed", real)
+    # The job after it asks for seed 0 again: its weights are drawn, not taken as they were left.
+    assert model(0) is kept and shared.parts["model"] == "re-seeded"
+    assert all(torch.equal(a, b) for a, b in zip(kept.parameters(), _model(0).parameters()))
 
 
 def test_a_gpu_job_plans_from_the_memory_free_before_the_kept_engine_was_built(monkeypatch):

@@ -111,13 +111,23 @@ def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: Tens
             if mine is not None:
                 local[mine].zero_()
         else:
-            # Drawn in float32 whatever the dtype: the same weights as a float32 model, rounded.
-            drawn = torch.empty(p.shape, device=gen.device).normal_(0.0, std, generator=gen)
-            if mine is not None:
-                local[mine].copy_(shards.shard(name, drawn))
+            target = local.get(mine) if mine is not None else None
+            if shards.size == 1 and target is not None and _whole_float32(target, p, gen):
+                # Drawn where it is kept: the same draws as into a fresh tensor, no copy.
+                drawn = target.normal_(0.0, std, generator=gen)
+            else:
+                # Drawn in float32 whatever the dtype: the same weights as a float32 model, rounded.
+                drawn = torch.empty(p.shape, device=gen.device).normal_(0.0, std, generator=gen)
+                if target is not None:
+                    target.copy_(shards.shard(name, drawn))
             # A rank's LM head is its own; one model's tied head is its embedding.
             if tied and name == "embed_tokens.weight" and "lm_head.weight" in local:
                 local["lm_head.weight"].copy_(shards.shard("lm_head", drawn))
+
+
+def _whole_float32(target: torch.Tensor, whole: torch.Tensor, gen: torch.Generator) -> bool:
+    return (target.dtype == torch.float32 and target.shape == whole.shape
+            and target.device == gen.device and target.is_contiguous())
 
 
 def fused_sizes(lm: CausalLM) -> dict[str, list[int]]:

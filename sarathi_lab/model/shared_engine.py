@@ -59,12 +59,12 @@ class _Kept:
     key: ModelKey
     model_config: ModelConfig
     model: CausalLM
-    seed: int
+    seed: int | None  # None: weights of no seed (a draw cut short)
     free_before: int | None  # a GPU's free bytes before the build: what a fresh process finds
     rotary: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     cache: torch.Tensor | None = None
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    graphs: dict[GraphKey, CudaGraphs | None] = field(default_factory=dict)
+    graphs: dict[GraphKey, CudaGraphs] = field(default_factory=dict)
     pool: Any = None
 
 
@@ -90,6 +90,8 @@ class SharedEngine:
             from sarathi_lab.model.loader import reseed
 
             start = time.perf_counter()
+            # Weights half drawn (a signal, an error) belong to no seed: the next job draws again.
+            kept.seed = None
             if reseed(kept.model, key.model, seed):
                 what.append(f"weights drawn again for seed {seed} in place "
                             f"({time.perf_counter() - start:.1f} s)")
@@ -164,16 +166,16 @@ class SharedEngine:
         if key in kept.graphs:
             graphs = kept.graphs.pop(key)
             kept.graphs[key] = graphs  # the most recently used last
-            if graphs is not None:
-                log.info("engine: CUDA graphs reused (%d, %s)", len(graphs.graphs), key)
-                self.parts["cuda_graphs"] = "reused"
+            log.info("engine: CUDA graphs reused (%d, %s)", len(graphs.graphs), key)
+            self.parts["cuda_graphs"] = "reused"
             return graphs, True
         graphs = capture(kept.pool)
-        if graphs is not None:
-            kept.pool = graphs.pool
-            self.parts["cuda_graphs"] = "captured"
-            log.info("engine: CUDA graphs captured (%d in %.1f s, %s)", len(graphs.graphs),
-                     graphs.record["capture_s"], key)
+        if graphs is None:  # a failed capture (warned) is tried again by the next job, as afresh
+            return None, False
+        kept.pool = graphs.pool
+        self.parts["cuda_graphs"] = "captured"
+        log.info("engine: CUDA graphs captured (%d in %.1f s, %s)", len(graphs.graphs),
+                 graphs.record["capture_s"], key)
         kept.graphs[key] = graphs
         while len(kept.graphs) > MAX_GRAPH_SETS:
             del kept.graphs[next(iter(kept.graphs))]
