@@ -166,6 +166,17 @@ def test_a_gpu_job_plans_from_the_memory_free_before_the_kept_engine_was_built(m
     assert shared.free_before(torch.device("cuda")) is None
 
 
+def test_the_kept_kv_cache_serves_a_plan_naming_its_device_without_an_index():
+    # A CUDA tensor says cuda:0 where the plan says cuda: the same device, so the cache (and the graphs
+    # captured over it) must not be rebuilt for every job (devices are named without one here).
+    from sarathi_lab.model import shared_engine
+
+    assert shared_engine._same_device(torch.device("cuda", 0), torch.device("cuda"))
+    assert shared_engine._same_device(torch.device("cuda", 1), torch.device("cuda", 1))
+    assert not shared_engine._same_device(torch.device("cuda", 0), torch.device("cuda", 1))
+    assert not shared_engine._same_device(torch.device("cpu"), torch.device("cuda"))
+
+
 def test_a_runs_engine_is_shared_unless_switched_off(monkeypatch):
     from sarathi_lab.harness.compose import compose_config
     from sarathi_lab.harness.schema import parse_config

@@ -139,7 +139,7 @@ class SharedEngine:
         kept = self._kept
         assert kept is not None, "kv_caches before model"
         cache = kept.cache
-        fits = (cache is not None and cache.dtype == dtype and cache.device == device
+        fits = (cache is not None and cache.dtype == dtype and _same_device(cache.device, device)
                 and cache.shape[:2] == shape[:2] and cache.shape[3:] == shape[3:]
                 and cache.shape[2] >= shape[2])
         if fits:
@@ -229,6 +229,11 @@ def _align_backend(kept: AttentionBackend, fresh: AttentionBackend) -> list[str]
             setattr(kept, name, value)
             changed.append(name)
     return changed
+
+
+def _same_device(held: torch.device, asked: torch.device) -> bool:
+    """A tensor's device names its index (cuda:0); the plan's may not (cuda: the current one)."""
+    return held.type == asked.type and asked.index in (None, held.index)
 
 
 def _tables(model: CausalLM) -> tuple[torch.Tensor, torch.Tensor]:
