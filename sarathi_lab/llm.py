@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from collections.abc import Sequence as Sequence_
@@ -24,9 +25,11 @@ from sarathi_lab.sim.executor import simulated_executor
 
 if TYPE_CHECKING:
     from sarathi_lab.model.cuda_graphs import CudaGraphs
+    from sarathi_lab.model.decoder import CausalLM
     from sarathi_lab.model.executor import ModelExecutor
     from sarathi_lab.model.parallel.driver import ParallelExecutor
     from sarathi_lab.model.runner import ModelRunner
+    from sarathi_lab.model.shared_engine import SharedEngine
 
 
 class LLM:
@@ -39,17 +42,22 @@ class LLM:
             if scheduler in scheduler_names() and (refused := foreign_knob(scheduler, key, value)):
                 raise refused
         engine["scheduler_knobs"] = {**engine.get("scheduler_knobs", {}), **kwargs}
+        self._shared = None
         with named_as(AS_WRITTEN):  # the edge: refusals name the settings as these keywords do
             self._build(plan_engine(EngineConfig(model=model, **engine)))
 
     @classmethod
-    def from_plan(cls, plan: EnginePlan) -> LLM:
-        """A plan made already (the preflight's) is decided no second time."""
+    def from_plan(cls, plan: EnginePlan, shared: SharedEngine | None = None) -> LLM:
+        """A plan made already (the preflight's) is decided no second time. ``shared``: the parts
+        an earlier engine of this process left (its model, KV cache, graphs), taken over where they
+        agree with this plan; that engine is not to be used again."""
         llm = cls.__new__(cls)
+        llm._shared = shared
         llm._build(plan)
         return llm
 
     def _build(self, plan: EnginePlan) -> None:
+        start = time.perf_counter()
         self.plan = plan
         self.config = cfg = plan.config
         self.kind = kind = executor_class(cfg.executor)
@@ -81,8 +89,19 @@ class LLM:
         self._next_id = 0
         # One generate call at a time (another thread's, a callback's): the queues are one caller's.
         self._call_lock = threading.Lock()
-        if cfg.warmup_iters and kind.runs_model:
-            self._warm_up()
+        warm = self._warm_up() if cfg.warmup_iters and kind.runs_model else None
+        # What a run records of its engine's set-up: the parts built or reused (a shared engine's),
+        # the seconds it took, the warm-up request it ran and discarded.
+        self.setup = {"parts": self._parts(), "seconds": round(time.perf_counter() - start, 3),
+                      "warmup": warm}
+
+    def _parts(self) -> dict[str, str]:
+        if not self.kind.runs_model:
+            return {}
+        if self._shared is not None and self.config.world_size == 1:
+            return dict(self._shared.parts)
+        return {"model": "built", "kv_cache": "built"} | (
+            {"cuda_graphs": "captured"} if self.cuda_graphs else {})
 
     def _build_model_executor(self, largest_tokens: int) -> tuple[ModelExecutor, WallClock]:
         # Imported here: a simulated engine builds no model, and loads none of what builds one.
@@ -97,27 +116,40 @@ class LLM:
         from sarathi_lab.model.host_allocator import reuse_freed_memory
         from sarathi_lab.model.nano_batch import OverlapRule
         from sarathi_lab.model.runner import ModelRunner
+        from sarathi_lab.model.shared_engine import ModelKey, built
         from sarathi_lab.tuned_kernels import table_for
 
-        cfg = self.config
+        cfg, shared = self.config, self._shared
         device = self.device
         if cfg.world_size > 1:
             return self._build_parallel_executor()
         if device.type == "cpu":
             reuse_freed_memory()  # activations' pages reused, not faulted in again by every layer
         backend = make_backend(cfg.attention, device, cfg.attention_hybrid)
-        self.model = build_model(cfg.model, self.model_config, backend, self.max_model_len,
-                                 self.dtype, device, cfg.seed, cfg.cpu_linear)
-        self.cpu_gemm = linear_gemm(self.model) if device.type == "cpu" else None
+
+        def build() -> CausalLM:
+            return build_model(cfg.model, self.model_config, backend, self.max_model_len,
+                               self.dtype, device, cfg.seed, cfg.cpu_linear)
+
         shape = self.plan.shape
-        cache = torch.zeros(shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads,
-                            shape.head_dim, dtype=self.dtype, device=device)
-        self.kv_caches = [(layer[0], layer[1]) for layer in cache]
+        kv_shape = (shape.layers, 2, self.num_kv_blocks, cfg.block_size, shape.kv_heads,
+                    shape.head_dim)
+        key = ModelKey(cfg.model, str(self.dtype).removeprefix("torch."), str(device),
+                       backend.name, cfg.cpu_linear)
+        if shared is None:
+            self.model = built(key, cfg.seed, build)
+            cache = torch.zeros(kv_shape, dtype=self.dtype, device=device)
+            self.kv_caches = [(layer[0], layer[1]) for layer in cache]
+        else:
+            self.model = shared.model(key, self.model_config, cfg.seed, self.max_model_len,
+                                      backend, build)
+            self.kv_caches = shared.kv_caches(kv_shape, self.dtype, device)
+        self.cpu_gemm = linear_gemm(self.model) if device.type == "cpu" else None
         clock = make_clock("wall", device)
         runner = ModelRunner(self.model, self.kv_caches, cfg.block_size, device,
                              OverlapRule.of_table(cfg.overlap, table_for(device)))
-        replayable = cfg.cuda_graphs and can_replay(backend, device)
-        graphs = self._capture_graphs(runner, largest_tokens) if replayable else None
+        replayable = cfg.cuda_graphs and can_replay(self.model.backend, device)
+        graphs = self._graphs(runner, largest_tokens) if replayable else None
         return ModelExecutor(runner, clock, graphs), clock
 
     def _build_parallel_executor(self) -> tuple[ParallelExecutor, WallClock]:
@@ -136,21 +168,38 @@ class LLM:
         executor.clock = clock = make_clock("wall", runner.device)
         return executor, clock
 
-    def _capture_graphs(self, runner: ModelRunner, largest_tokens: int) -> CudaGraphs | None:
+    def _graphs(self, runner: ModelRunner, largest_tokens: int) -> CudaGraphs | None:
+        """Captured, or the shared engine's set captured for the same shapes."""
+        from sarathi_lab.model.shared_engine import GraphKey
+
+        cfg = self.config
+        max_blocks = blocks_for(self.max_model_len, cfg.block_size)
+        mixed = largest_tokens if cfg.cuda_graphs_mixed else None
+
+        def capture(pool=None) -> CudaGraphs | None:
+            return self._capture_graphs(runner, max_blocks, mixed, pool)
+
+        if self._shared is None:
+            graphs, kept = capture(), False
+        else:
+            key = GraphKey(cfg.max_batch_size, max_blocks, mixed, cfg.attention_hybrid,
+                           runner.overlap, self.max_model_len)
+            graphs, kept = self._shared.graphs(key, capture)
+        # What replays, and whether this engine captured it (capture_s is the capturing job's).
+        self.cuda_graphs = None if graphs is None else graphs.record | {"kept": kept}
+        return graphs
+
+    def _capture_graphs(self, runner: ModelRunner, max_blocks: int, mixed: int | None,
+                        pool=None) -> CudaGraphs | None:
         """A capture that fails leaves the engine eager, with one warning."""
         from sarathi_lab.model.cuda_graphs import CudaGraphs
 
-        cfg = self.config
         try:
-            graphs = CudaGraphs(runner, cfg.max_batch_size,
-                                blocks_for(self.max_model_len, cfg.block_size),
-                                largest_tokens if cfg.cuda_graphs_mixed else None)
+            return CudaGraphs(runner, self.config.max_batch_size, max_blocks, mixed, pool=pool)
         except Exception as e:  # noqa: BLE001 - the run goes on eagerly, and says so
             warnings.warn(f"engine.cuda_graphs=true: capture failed, so every forward runs eagerly "
-                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})", stacklevel=3)
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})", stacklevel=4)
             return None
-        self.cuda_graphs = graphs.record
-        return graphs
 
     def use_attention_hybrid(self, hybrid: str) -> None:
         """One model's weights and cache timed both ways; graphs captured again, old freed first."""
@@ -166,12 +215,12 @@ class LLM:
         self.plan = dataclasses.replace(self.plan, config=self.config)
         if executor.graphs is not None:
             executor.graphs = self.cuda_graphs = None
-            if self.device.type == "cuda":
+            if self.device.type == "cuda" and self._shared is None:
                 import torch
 
                 torch.cuda.empty_cache()
             largest = largest_iteration_tokens(self.engine.scheduler)
-            executor.graphs = self._capture_graphs(executor.runner, largest)
+            executor.graphs = self._graphs(executor.runner, largest)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -233,15 +282,17 @@ class LLM:
             raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) with "
                              f"max_new_tokens={max_new_tokens} {reason}")
 
-    def _warm_up(self) -> None:
-        """A throwaway request, so that first-call costs stay out of the records."""
+    def _warm_up(self) -> dict[str, int]:
+        """A throwaway request, so that first-call costs stay out of the records; its shape."""
         # No longer than a request admitted alone beside the watermark.
         warm = self.config.warmup_iters
         length = max(1, min(self.config.chunk_size, self.max_model_len - warm, 256,
                             self.block_manager.admissible_tokens - warm))
         self.generate([[0] * length], max_new_tokens=self.config.warmup_iters,
                       sampling=SamplingParams(ignore_eos=True))
+        ran = len(self.metrics.iterations)
         self.metrics = Metrics()
+        return {"iterations": ran, "prompt_tokens": length, "new_tokens": warm}
 
 
 def largest_iteration_tokens(scheduler: Scheduler) -> int:

@@ -31,5 +31,14 @@ def cpu_ceilings(tmp_path_factory):
     os.environ[CEILINGS_ENV] = str(path)
     return path
 
+@pytest.fixture(scope="module", autouse=True)
+def fresh_shared_engine():
+    """Each test file starts as a fresh process does: no engine kept by another file's runs (a sweep's
+    jobs share one: model/shared_engine.py), nor its memory held past them."""
+    yield
+    from sarathi_lab.model.shared_engine import SHARED
+
+    SHARED.release()
+
 # The wing's measurements (task=NAME) registered, as run.py's import of them registers them.
 import sarathi_lab.measure.tasks  # noqa: F401

@@ -14,7 +14,7 @@ import pytest
 
 from sarathi_lab.analysis import registry
 from sarathi_lab.harness import scales
-from sarathi_lab.measure.gpu import state
+from sarathi_lab.measure.gpu import queue, state
 from sarathi_lab.measure.gpu.__main__ import exit_code, pending, record_killed
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
 from sarathi_lab.measure.gpu.state import Metric, StepResult
@@ -93,8 +93,10 @@ def test_a_budget_no_step_fits_is_refused_not_deferred_forever(tmp_path):
     # ("call again"); refused in one line instead, before anything is written.
     run = suite("--dry-run", "--out", str(tmp_path / "out"), "--steps", "paper.pd_ratio", "--budget-min", "0.05")
     assert run.returncode == 2, run.stdout + run.stderr
+    # The step's minutes as the kept leases measured it (queue.measured).
+    (step,), _ = queue.measured([BY_NAME["paper.pd_ratio"]], ROOT / "docs" / "gpu")
     assert run.stderr.splitlines() == [("error: --budget-min=0.05 is invalid: no selected step fits in it (the "
-                                        "shortest expects 8.4 min); allowed: >= 8.4")]
+                                        f"shortest expects {step.minutes:.1f} min); allowed: >= {step.minutes:.1f}")]
     assert not (tmp_path / "out").exists()
 
 
@@ -149,7 +151,7 @@ def test_plan_puts_no_step_longer_than_the_budget_in_a_call():
     plan = format_plan(list(STEPS), 3.0)
     assert ("not started at --budget-min=3: paper.decode_speedup (4 min), paper.pd_ratio (8.4 min), "
             "paper.chunk_overhead (3.6 min), paper.chunk_batch (8.9 min), paper.orca_compare (5.3 min)") in plan
-    assert "paper.scheduler_latency.seed0-qps2 (3.2 min)" in plan and "paper.capacity.strict (6.7 min)" in plan
+    assert "paper.scheduler_latency.seed2-qps2 (4.4 min)" in plan and "paper.capacity.strict (6.4 min)" in plan
     assert "not started" not in format_plan(list(STEPS), 9.0)
 
 

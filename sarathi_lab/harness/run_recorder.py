@@ -50,6 +50,9 @@ class RunRecorder:
         device = "cpu" if llm.config.kind.simulated else llm.device
         environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm,
                                           self._machine(), llm.cuda_graphs)
+        # Our engine's: the parts it built or took from the sweep's earlier job, the seconds its
+        # set-up took, the warm-up it ran and discarded (none of it in the measured records).
+        environment["engine_setup"] = getattr(llm, "setup", None)
         # The chunk alignment that ran (auto settled), which results tables are indexed by.
         settled = {"chunk_align": llm.plan.scheduler_config.chunk_alignment}
         write_results(directory, tables, RunResult(

@@ -15,6 +15,7 @@ from sarathi_kernels import cpu_build
 
 from sarathi_lab import LLM, ConfigError, SamplingParams
 from sarathi_lab.config import named_as
+from sarathi_lab.env_flags import EnvFlagError, env_flag
 from sarathi_lab.harness.preflight import Checked, preflight
 from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
@@ -40,10 +41,12 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sarathi_lab.harness.vllm_engine import VllmLLM
+    from sarathi_lab.model.shared_engine import SharedEngine
     from sarathi_lab.plan import EnginePlan
 
 log = logging.getLogger(__name__)
 TRACE_KINDS = ("trace", "trace_lengths")
+SHARE_ENGINE_ENV = "SARATHI_SHARE_ENGINE"
 
 
 @dataclass
@@ -141,6 +144,7 @@ def _open_run_dir(ctx: RunContext, finished: bool, plan: EnginePlan) -> None:
 
 
 def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
+    shared = shared_engine(cfg)
     if not cfg.engine.kind.our_engine:
         # Imported here: it loads the model code, of no use to a simulated run.
         from sarathi_lab.harness.vllm_engine import VllmLLM
@@ -148,9 +152,28 @@ def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
         llm = VllmLLM(checked.plan)
         log.info("%s", UNAVAILABLE)
         return llm
-    llm = LLM.from_plan(checked.plan)
+    llm = LLM.from_plan(checked.plan, shared)
     _warn_on_kv_limits(llm, checked.workload, cfg)
     return llm
+
+
+def shared_engine(cfg: RunConfig) -> SharedEngine | None:
+    """The process's engine parts, which a sweep's jobs share (SARATHI_SHARE_ENGINE=false: each
+    job builds its own); an engine that cannot take them (parallel ranks, vLLM's) frees them, since
+    its plan counted their memory as free. None also for a simulated run: it builds no model."""
+    from sarathi_lab.model.shared_engine import SHARED
+
+    kind = cfg.engine.kind
+    if not kind.runs_model:
+        return None
+    try:
+        share = env_flag(SHARE_ENGINE_ENV, default=True)
+    except EnvFlagError as e:
+        raise ConfigError(str(e)) from None
+    if share and kind.our_engine and cfg.engine.world_size == 1:
+        return SHARED
+    SHARED.release()
+    return None
 
 
 def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,

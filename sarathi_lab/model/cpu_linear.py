@@ -76,19 +76,22 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self.gemm, self.aten_rows = gemm, aten_rows
-        with torch.no_grad():
-            if gemm == "mkl":
-                packed = torch.ops.mkl._mkl_reorder_linear_weight(linear.weight.detach(),
-                                                                  _MKL_PACK_ROWS)
-            else:
-                packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(),
-                                                                 _PACK_ROWS_HINT)
-        self.register_buffer("packed_weight", packed, persistent=False)
-        small = (cpu_ops.pack_linear(linear.weight.detach())
-                 if cpu_ops.supports(linear.weight) else None)
-        self.register_buffer("small_rows_weight", small, persistent=False)
-        self.kernel_rows = kernel_rows(linear.weight.dtype) if small is not None else 0
+        self.repack()
+        self.kernel_rows = kernel_rows(linear.weight.dtype) if self.small_rows_weight is not None \
+            else 0
         self.one_row_packed = False  # set by pack_linears' probe
+
+    @torch.no_grad()
+    def repack(self) -> None:
+        """The packed copies made again from ``weight`` (after its values changed in place)."""
+        weight = self.weight.detach()
+        if self.gemm == "mkl":
+            packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, _MKL_PACK_ROWS)
+        else:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, _PACK_ROWS_HINT)
+        self.register_buffer("packed_weight", packed, persistent=False)
+        small = cpu_ops.pack_linear(weight) if cpu_ops.supports(weight) else None
+        self.register_buffer("small_rows_weight", small, persistent=False)
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
         if self.gemm == "mkl":

@@ -62,10 +62,12 @@ def token_buckets(largest: int) -> list[int]:
 
 
 class CudaGraphs:
-    """``capture``: a CUDA graph (tests pass a CPU stand-in)."""
+    """``capture``: a CUDA graph (tests pass a CPU stand-in); ``pool``: another set's memory pool,
+    shared (an engine replays one graph at a time, whichever set it is of)."""
 
     def __init__(self, runner: ModelRunner, max_batch: int, max_blocks: int,
-                 mixed_tokens: int | None = None, capture: Capture = capture_cuda_graph):
+                 mixed_tokens: int | None = None, capture: Capture = capture_cuda_graph,
+                 pool=None):
         backend = runner.model.backend
         if not backend.replayable:
             allowed = [name for name in backend_names()
@@ -100,6 +102,7 @@ class CudaGraphs:
         every = [*self.decode_graphs.values(), *self.mixed_graphs, *self.pod_graphs,
                  *self.nano.graphs]
         self.plans = {graph: self._attention_plan(graph, max_seq_len) for graph in every}
+        self.pool = pool
         self.record = self._capture(runner, every, capture)
 
     def _capture(self, runner: ModelRunner, every: list[Graph], capture: Capture) -> dict:
@@ -108,12 +111,13 @@ class CudaGraphs:
         dev = runner.device
         cuda = dev.type == "cuda"
         reserved_before = torch.cuda.memory_reserved(dev) if cuda else None
-        start, pool = time.perf_counter(), None
+        start, pool = time.perf_counter(), self.pool
         # Largest first: every smaller graph fits the pool memory the largest took.
         for graph in sorted(every, key=lambda g: (g.tokens, not g.decode), reverse=True):
             prepared = self._padded(graph)
             replay, out, pool = capture(lambda prepared=prepared: runner.forward(prepared), pool)
             self.graphs[graph] = (replay, out)
+        self.pool = pool
         if cuda:
             torch.cuda.synchronize(dev)
         return {

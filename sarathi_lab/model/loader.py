@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -9,11 +11,13 @@ from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend
 from sarathi_lab.model.configs import ModelLoadError, first_line, open_weights, weight_files
-from sarathi_lab.model.cpu_linear import aten_from_rows, pack_linears, packed_gemm
+from sarathi_lab.model.cpu_linear import PackedLinear, aten_from_rows, pack_linears, packed_gemm
 from sarathi_lab.model.decoder import CausalLM
+from sarathi_lab.model.layers import RotaryEmbedding
 from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.model.presets import SPECS
+from sarathi_lab.model.shape import head_dim_of
 from sarathi_lab.model.spec import ModelConfig, hf_config
 
 _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -27,20 +31,14 @@ def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_
     config = hf_config(config)
     if stage is not None and shards is None:
         shards = TensorShards.of(config, 0, 1, model)
-    # Created in the final dtype: built in float32 and cast, a model would peak at twice its size.
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            local = config if shards is None else shards.local_config(config)
-            if stage is not None:
-                local.num_hidden_layers = stage.num_layers
-            lm = CausalLM(local, backend, max_positions)
-            if shards is not None:  # untied: the rank's rows only
-                lm.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size // shards.size,
-                                             bias=False)
-    finally:
-        torch.set_default_dtype(previous)
+    with _building(dtype, device):
+        local = config if shards is None else shards.local_config(config)
+        if stage is not None:
+            local.num_hidden_layers = stage.num_layers
+        lm = CausalLM(local, backend, max_positions)
+        if shards is not None:  # untied: the rank's rows only
+            lm.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size // shards.size,
+                                         bias=False)
     if model in SPECS:
         _init_random(lm, config, seed, shards or TensorShards.of(config, 0, 1, model), backend,
                      max_positions, stage)
@@ -55,6 +53,43 @@ def build_model(model: str, config: ModelConfig, backend: AttentionBackend, max_
             log.warning("cpu_linear=%r runs as 'aten': this torch build's oneDNN cannot run %s on "
                         "this CPU", cpu_linear, dtype)
     return lm
+
+
+@contextmanager
+def _building(dtype: torch.dtype, device: torch.device) -> Iterator[None]:
+    """Tensors created in the final dtype, on the device: built in float32 and cast, a model would
+    peak at twice its size."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def rotary_for(config: ModelConfig, dtype: torch.dtype, device: torch.device,
+               max_positions: int) -> RotaryEmbedding:
+    """The rotary tables build_model makes for a context of ``max_positions``, bit for bit."""
+    config = hf_config(config)
+    with _building(dtype, device):
+        return RotaryEmbedding(config, head_dim_of(config), max_positions)
+
+
+@torch.no_grad()
+def reseed(lm: CausalLM, model: str, seed: int) -> bool:
+    """A preset's weights drawn again in place for ``seed``: the values build_model draws, in the
+    same tensors, so CUDA graphs captured over them stay valid; False for a checkpoint's weights,
+    which no seed changes."""
+    if model not in SPECS:
+        return False
+    config = lm.config
+    max_positions = lm.layers[0].self_attn.rotary.cos.shape[0]
+    _init_random(lm, config, seed, TensorShards.of(config, 0, 1, model), lm.backend, max_positions)
+    for module in lm.modules():
+        if isinstance(module, PackedLinear):
+            module.repack()
+    return True
 
 
 @torch.no_grad()
@@ -76,13 +111,23 @@ def _init_random(lm: CausalLM, config: PretrainedConfig, seed: int, shards: Tens
             if mine is not None:
                 local[mine].zero_()
         else:
-            # Drawn in float32 whatever the dtype: the same weights as a float32 model, rounded.
-            drawn = torch.empty(p.shape, device=gen.device).normal_(0.0, std, generator=gen)
-            if mine is not None:
-                local[mine].copy_(shards.shard(name, drawn))
+            target = local.get(mine) if mine is not None else None
+            if shards.size == 1 and target is not None and _whole_float32(target, p, gen):
+                # Drawn where it is kept: the same draws as into a fresh tensor, no copy.
+                drawn = target.normal_(0.0, std, generator=gen)
+            else:
+                # Drawn in float32 whatever the dtype: the same weights as a float32 model, rounded.
+                drawn = torch.empty(p.shape, device=gen.device).normal_(0.0, std, generator=gen)
+                if target is not None:
+                    target.copy_(shards.shard(name, drawn))
             # A rank's LM head is its own; one model's tied head is its embedding.
             if tied and name == "embed_tokens.weight" and "lm_head.weight" in local:
                 local["lm_head.weight"].copy_(shards.shard("lm_head", drawn))
+
+
+def _whole_float32(target: torch.Tensor, whole: torch.Tensor, gen: torch.Generator) -> bool:
+    return (target.dtype == torch.float32 and target.shape == whole.shape
+            and target.device == gen.device and target.is_contiguous())
 
 
 def fused_sizes(lm: CausalLM) -> dict[str, list[int]]:

@@ -9,6 +9,7 @@ from sarathi_lab.config import GPU_MEMORY_UTILISATION, SETTING, ConfigError, Eng
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.scheduler import SchedulerConfig, scheduler_class
 from sarathi_lab.model.shape import Shape
+from sarathi_lab.model.shared_engine import SHARED
 
 # torch only where a real device is asked: the simulator plans too.
 if TYPE_CHECKING:
@@ -44,14 +45,18 @@ def context_limit(cfg: EngineConfig, hf: ModelConfig) -> int:
 
 
 def device_memory_bytes(device: torch.device) -> int:
+    """Free, as a fresh process would find it: what the shared engine holds counts as free (it
+    frees it before building anything else)."""
     if device.type == "cuda":
+        if (before := SHARED.free_before(device)) is not None:
+            return before
         import torch
 
         # Freed memory stays reserved by torch's allocator, which mem_get_info counts as taken.
         gc.collect()
         torch.cuda.empty_cache()
         return torch.cuda.mem_get_info(device)[0]
-    return host_memory.available().bytes
+    return host_memory.available().bytes + SHARED.held_bytes(device)
 
 
 def where_memory(device: torch.device) -> str:

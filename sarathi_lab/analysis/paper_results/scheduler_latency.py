@@ -92,10 +92,13 @@ def figure(results, simulated=None):
 
 
 # One GPU step a seed and rate, seed 0 first: minutes = 1.3 x (the calibrated H100 simulator's
-# serving seconds + 8 s a job to build and capture + 10 s interpreter).
-GPU_PARTS = tuple(GpuPart(f"seed{seed}-qps{qps}", minutes)
-                  for seed, qps, minutes in ((0, 2, 3.2), (0, 4, 2.3), (1, 2, 2.9), (1, 4, 2.2),
-                                             (2, 2, 5.0), (2, 4, 4.9)))
+# serving seconds of its five jobs (docs/sim/predictions_h100_1b71ba5.csv) + a second a job
+# outside its serving + 10 s interpreter + 8 s to build and capture, once: the sweep's jobs share
+# one engine).
+GPU_PARTS = tuple(GpuPart(f"seed{seed}-qps{qps}", gpu_minutes(startup_s=18, job_s=1 + serving_s / 5,
+                                                              jobs=5))
+                  for seed, qps, serving_s in ((0, 2, 97), (0, 4, 54), (1, 2, 84), (1, 4, 50),
+                                               (2, 2, 182), (2, 4, 175)))
 # Unscaled, a step a seed: from gpu.predict's serving seconds of each step's 15 runs.
 UNSCALED_PARTS = tuple(GpuPart(f"seed{seed}",
                                gpu_minutes(startup_s=10, job_s=8 + serving_s / 15, jobs=15))

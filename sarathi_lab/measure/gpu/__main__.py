@@ -144,9 +144,9 @@ def capped(todo: list[Step], now: float, deadline: float | None) -> tuple[list[S
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    steps, budget = _selected(parser, args)
+    steps, budget, parts = _selected(parser, args)
     if args.plan:
-        print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN))
+        print(format_plan(steps, None if args.own else budget or GPU_BUDGET_MIN, parts))
         return 0
     if args.run and not args.next:
         parser.error("--run is invalid without --next: it runs "
@@ -204,7 +204,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _selected(parser: argparse.ArgumentParser,
-              args: argparse.Namespace) -> tuple[list[Step], float | None]:
+              args: argparse.Namespace) -> tuple[list[Step], float | None, dict | None]:
+    """The steps chosen, with the minutes the kept leases measured (--own: the paper's settings,
+    planned), the call's budget, and the paper steps' parts."""
     if args.own and (args.budget_min is not None or args.restore):
         parser.error(f"--{'budget-min' if args.budget_min is not None else 'restore'} is invalid "
                      "with --own: a run on your own GPU has no call budget and no archive to "
@@ -213,13 +215,16 @@ def _selected(parser: argparse.ArgumentParser,
         steps = select(args.steps, unscaled=args.own)
     except ValueError as e:
         parser.error(str(e))
+    parts = None
+    if not args.own:
+        steps, parts = queue.measured(steps, REPO_ROOT / "docs" / "gpu")
     budget = (args.budget_min if args.budget_min is not None
               else None if args.dry_run or args.own else GPU_BUDGET_MIN)
     if budget is not None and not 0 < budget < float("inf"):
         parser.error(f"--budget-min={budget} is invalid: must be a positive number of minutes")
     # Else every call would start nothing and exit 3, "call again", forever.
     _check_fits(parser, budget, steps, "no selected step")
-    return steps, budget
+    return steps, budget, parts
 
 
 def _check_fits(parser: argparse.ArgumentParser, budget: float | None, steps: list[Step],
@@ -236,16 +241,17 @@ def _queue_head(parser: argparse.ArgumentParser, args: argparse.Namespace,
         parser.error(f"--{'own' if args.own else 'steps'} is invalid with --next: the queue "
                      "chooses the steps (run them on your own GPU with --own, or choose them with "
                      "--steps alone)")
-    planned = queue.plan_steps(queue.kept_runs(REPO_ROOT / "docs" / "gpu") + [
+    docs = REPO_ROOT / "docs" / "gpu"
+    planned = queue.plan_steps(queue.kept_runs(docs) + [
         r for source in (args.out or REPO_ROOT / "outputs" / "gpu", args.restore) if source
-        for r in queue.suite_in_progress(source)])
+        for r in queue.suite_in_progress(source)], kept_parts=queue.kept_parts(docs))
     print(queue.format_queue(planned, budget or GPU_BUDGET_MIN, engine_code.short_commit() or "?"))
     chosen = queue.head(planned, budget or GPU_BUDGET_MIN)
     if not args.run or not chosen:
         return None
     print(f"\n[gpu] running the queue's head: {', '.join(chosen)}")
     args.steps = ",".join(chosen)
-    return select(args.steps)
+    return queue.measured(select(args.steps), REPO_ROOT / "docs" / "gpu")[0]
 
 
 def _export_dir(parser: argparse.ArgumentParser, out: Path) -> Path | None:

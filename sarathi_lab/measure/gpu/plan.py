@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.paper_result import GpuPart
 from sarathi_lab.harness import scales
 from sarathi_lab.measure.profiling.attention_grid import GRIDS
 from sarathi_lab.measure.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
+
+if TYPE_CHECKING:
+    from sarathi_lab.measure.gpu.parts import Estimate
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,21 @@ HEAD: tuple[Step, ...] = (
          "fp32/fp16/bf16 "
          "(kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
 )
+
+
+def _parts_lines(steps: list[Step], parts: dict[str, Estimate]) -> list[str]:
+    """The paper steps' minutes together, and the largest share any spends setting up."""
+    papers = [s for s in steps if s.group == "paper"]
+    if not papers:
+        return []
+    share = {s.name: e.setup_s / e.seconds for s in papers
+             if (e := parts.get(s.name)) is not None and e.seconds}
+    worst = max(share, key=share.get, default=None)
+    measured = sum(1 for s in papers if s.name in parts and parts[s.name].source != "planned")
+    return [f"paper steps: {sum(s.minutes for s in papers):.1f} min ({measured} of {len(papers)} "
+            "from measured parts: set-up once a step, then its grid's jobs at their measured "
+            "seconds, graphs once a set; the others planned)"
+            + (f"; set-up at most {share[worst]:.0%} of a step ({worst})" if worst else "")]
 
 
 def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
@@ -156,13 +175,24 @@ def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
     return calls
 
 
-def format_plan(steps: list[Step], budget_min: float | None) -> str:
+def format_plan(steps: list[Step], budget_min: float | None,
+                parts: dict[str, Estimate] | None = None) -> str:
+    """``parts``: each paper step's expected seconds in parts (queue.measured), shown apart."""
     w = max([28, *(len(s.name) + 1 for s in steps)])
-    lines = [f"{'step':{w}} {'min':>5}  what"]
-    lines += [f"{s.name:{w}} {s.minutes:5.1f}  {s.what}" for s in steps]
+    shown = parts is not None
+    lines = [f"{'step':{w}} {'min':>5}  " + (f"{'set-up':>6} {'jobs':>13} {'graphs':>6}  "
+                                              if shown else "") + "what"]
+    for s in steps:
+        e = (parts or {}).get(s.name)
+        split = "" if not shown else (
+            f"{e.setup_s:5.0f}s {f'{e.jobs} x {e.job_s:.1f}s':>13} {e.capture_s:5.0f}s  " if e
+            else " " * 29)
+        lines.append(f"{s.name:{w}} {s.minutes:5.1f}  {split}{s.what}")
     total = sum(s.minutes for s in steps)
     lines.append(f"{'total':{w}} {total:5.1f}  expected (1.3 x the longer of the H200's and "
                  "H100's; else estimates)")
+    if shown:
+        lines += _parts_lines(steps, parts)
     lines.append(f"(paper steps beside scale/gpu.yaml's {' '.join(scales.shared('gpu'))})")
     if budget_min is None:
         lines.append(f"\none run of about {total / 60:.1f} hours, no call budget (the paper's "

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import StepResult
-from sarathi_lab.measure.gpu import archive_members, engine_code, state
+from sarathi_lab.measure.gpu import archive_members, engine_code, parts, state
+from sarathi_lab.measure.gpu.parts import Estimate, StepParts
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, Step
 from sarathi_lab.measure.gpu.steps.paper import job_overrides
 
@@ -18,6 +19,11 @@ from sarathi_lab.measure.gpu.steps.paper import job_overrides
 MARGIN = 1.3
 # Never-measured steps that may run long are stopped at this many times their planned minutes.
 CAPS = {"attention": 1.5}
+# Swept keys that change a job's requests, not its engine's shapes: its CUDA graphs are another
+# job's of the same other keys (the shared engine captures a set once).
+SHAPELESS = ("seed", "pd_ratio", "workload.", "capacity.", "slo", "measure.")
+# A paper step's set-up where none was measured: its interpreter, Hydra and the sweep's checks.
+PLANNED_SETUP_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,74 @@ def kept_runs(root: Path) -> list[Record]:
             for r in _records(kept.summary.steps, kept.folder.parent.name, kept.folder.name)]
 
 
+def kept_parts(root: Path) -> list[StepParts]:
+    """Every kept lease's paper steps in parts (parts.py)."""
+    return [p for kept in gpu_records.kept_leases(root)
+            for p in parts.lease_parts(kept.folder, kept.summary)]
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def launched_jobs(step: Step) -> list[tuple[str, ...]]:
+    """The step's jobs as its sweep launches them: a job differing from an earlier one only in a
+    scheduler knob its scheduler ignores runs once (sweep_check.collapse_ignored's rule, read from
+    the schedulers' configs without composing each job), unless the experiment repeats them."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from sarathi_lab.harness import CONF_DIR
+    from sarathi_lab.harness.schema import RunConfig
+
+    experiment = OmegaConf.load(CONF_DIR / "experiment" / f"{step.arg}.yaml")
+    repeat = OmegaConf.select(experiment, "hydra.sweeper.repeat_ignored", default=False)
+    task = experiment.get("task", "serve")
+    jobs = [tuple(job) for job in job_overrides(step)]
+    if repeat:
+        return jobs
+    kept: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for job in jobs:
+        scheduler = next((o.split("=", 1)[1] for o in job if _key(o) == "scheduler"), None)
+        run = SimpleNamespace(task=task, scheduler=SimpleNamespace(name=scheduler),
+                              token_budget=None)
+
+
+        def ignored(override: str, run=run, scheduler=scheduler) -> bool:
+            key = _key(override)
+            knob = key in ("chunk", "token_budget") or key.startswith("scheduler.")
+            return scheduler is not None and knob and RunConfig.ignores(run, key) is not None
+
+        kept.setdefault(tuple(o for o in job if not ignored(o)), job)
+    return list(kept.values())
+
+
+def graph_sets(jobs: list[tuple[str, ...]]) -> int:
+    """The jobs that differ in a key that shapes the engine (every key but SHAPELESS)."""
+    return len({tuple(o for o in job if not _key(o).startswith(SHAPELESS)) for job in jobs})
+
+
+def measured_estimate(step: Step, measured: list[StepParts]) -> Estimate | None:
+    """From each device's newest lease with the step's parts, the longest estimate; leases that
+    kept their runs' seconds first (the others' jobs hold a build each)."""
+    newest: dict[str, StepParts] = {}
+    for p in sorted((p for p in measured if p.step == step.name), key=lambda p: p.where):
+        newest[p.where.split()[0]] = p
+    jobs = launched_jobs(step)
+    found = [e for p in newest.values()
+             if (e := parts.estimate(p, len(jobs), graph_sets(jobs))) is not None]
+    timed = [e for e in found if not e.source.endswith(parts.AS_MEASURED)] or found
+    return max(timed, key=lambda e: e.seconds, default=None)
+
+
+def planned_estimate(step: Step) -> Estimate:
+    """The plan's minutes in parts: the typical set-up once, the rest over the step's jobs."""
+    jobs = len(launched_jobs(step))
+    setup = min(PLANNED_SETUP_S, step.minutes * 60 / MARGIN)
+    return Estimate(setup, jobs, (step.minutes * 60 / MARGIN - setup) / jobs, 0.0, "planned")
+
+
 # A paper sweep's finished job (steps/paper.py's sweep_dir).
 FINISHED_JOB = re.compile(r"paper/([^/]+)/multiruns/gpu/[^/]+/metrics\.json")
 
@@ -173,11 +247,14 @@ class Planned:
     cap_min: float | None
     due: bool
     done_at: str         # the run that measured it at the current code ("" where due)
+    estimate: Estimate | None = None  # a paper step's parts
 
 
 def plan_steps(records: list[Record], current: Callable[[str], str] = engine_code.step_hash,
-               at_commit: Callable[[str, str], str | None] | None = None) -> dict[str, Planned]:
-    """Each step's minutes, and whether it is due at ``current(step)``'s code."""
+               at_commit: Callable[[str, str], str | None] | None = None,
+               kept_parts: list[StepParts] = ()) -> dict[str, Planned]:
+    """Each step's minutes, and whether it is due at ``current(step)``'s code: a paper step's from
+    its ``kept_parts`` (set-up once, its grid's jobs), another's from its measured seconds."""
     at_commit = cache(at_commit or (
         lambda name, commit: engine_code.commit_hash(engine_code.paths_of(name), commit)))
     planned = {}
@@ -191,9 +268,13 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
         timed = [r for r in mine if r.status in ("done", "incomplete") and r.seconds > 0]
         newest = {r.device: r for r in sorted(timed, key=lambda r: r.started_at)}
         minutes, source = step.minutes, "planned"
+        estimate = measured_estimate(step, kept_parts) if step.group == "paper" else None
         if stopped := stopped_minutes(timed, at_code, now):
             # below the plan too, where the finished jobs are not run again
             minutes, source = stopped
+        elif estimate is not None:
+            # The step as its grid runs today: below the plan too.
+            minutes, source = estimate.minutes(MARGIN), f"measured parts: {estimate.shown()}"
         elif newest:
             longest = max(newest.values(), key=lambda r: r.seconds)
             measured = round(MARGIN * longest.seconds / 60, 1) or 0.1
@@ -205,9 +286,20 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
             else:
                 source = f"planned ({measured:g} measured at {where})"
         cap = CAPS.get(step.name)
+        if estimate is None and step.group == "paper":
+            estimate = planned_estimate(replace(step, minutes=minutes))
         planned[step.name] = Planned(step, minutes, source, cap and round(cap * minutes, 1),
-                                     not done, done[-1].device + " " + done[-1].run if done else "")
+                                     not done, done[-1].device + " " + done[-1].run if done else "",
+                                     estimate)
     return planned
+
+
+def measured(steps: list[Step], root: Path) -> tuple[list[Step], dict[str, Estimate]]:
+    """``steps`` with the minutes the leases kept under ``root`` give them (a paper step's from its
+    parts), and the paper steps' parts."""
+    planned = plan_steps(kept_runs(root), kept_parts=kept_parts(root))
+    steps = [replace(s, minutes=planned[s.name].minutes) if s.name in planned else s for s in steps]
+    return steps, {name: p.estimate for name, p in planned.items() if p.estimate is not None}
 
 
 def pack(groups: list[list[Planned]],

@@ -94,6 +94,8 @@ class TensorShards:
     def shard(self, name: str, full: torch.Tensor) -> torch.Tensor:
         import torch  # here: the memory plan (the simulator's too) reads only shapes
 
+        if self.size == 1:
+            return full  # one rank holds it all: the cuts below would only copy it
         kind = name.split(".")[-2] if "." in name else name
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         fused = {"qkv_proj": [q, kv, kv], "gate_up_proj": [self.intermediate] * 2}

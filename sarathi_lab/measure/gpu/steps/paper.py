@@ -10,7 +10,7 @@ from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.harness import scales
 from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
-from sarathi_lab.measure.gpu import engine_code, state
+from sarathi_lab.measure.gpu import engine_code, parts, state
 from sarathi_lab.measure.gpu.context import Context, Incomplete, wait_or_stop
 from sarathi_lab.measure.gpu.plan import Step
 from sarathi_lab.measure.gpu.state import Metric
@@ -101,6 +101,8 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
         raise Incomplete(f"{step.arg}: the sweep ran past the call's budget; rerun to go on "
                          "(finished jobs are skipped)")
     jobs = read_json(directory / SWEEP_SUMMARY, warn=True) or {}
+    # Each job's run, captures and engine set-up, which the queue plans the step from (parts.py).
+    parts.write_rows(ctx.dir / parts.JOBS_CSV, parts.sweep_rows(step.name, directory, list(jobs)))
     ok = sum(j["status"] in ("ok", "skipped") for j in jobs.values())
     errors = sorted({j["error"].splitlines()[0] for j in jobs.values() if j.get("error")})
     if code != 0 and not jobs:
