@@ -67,8 +67,12 @@ def measured_line(entry: dict, why: str) -> str:
             f"{sim.cpu_ceilings_path()}): copy {entry['copy_gbps']:.3g} GB/s, matmul "
             f"{entry['matmul_gflops']:.3g} GFLOP/s with {entry['threads']} threads")
     if entry.get("timing_unreliable"):
-        line += (f"; {entry['timing_note']}: the budgets they size are too small; "
-                 f"{sim.MEASURE_COMMAND} --dtype {entry['dtype']} measures them again")
+        share = entry.get("runqueue_wait_share")
+        how = (f"its threads waited for a CPU {share:.0%} of the time they were ready"
+               if share is not None else "the load average was past the cores")
+        line += (f"; other work distorted them ({how}), so the budgets they size are too small: "
+                 f"{sim.MEASURE_COMMAND} --dtype {entry['dtype']} on a quiet machine measures "
+                 "them again")
     return line
 
 
