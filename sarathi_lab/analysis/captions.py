@@ -24,9 +24,8 @@ def reason(row) -> str:
         return ("a cost model's prediction at the paper's shape: its kernels' times, not a GPU's "
                 "(the figure's own reason, where it has one, is under it; docs/RESULTS.md holds "
                 f"the same claim measured on GPUs){differs}")
-    return (f"measured on {row['machine'] or 'this machine'} ({row['source']}, {row['dtype']}): "
-            "not the paper's GPU, whose flops per byte read set where its effects appear "
-            "(\"Why a CPU differs\", below)")
+    return (f"measured on {row['machine'] or 'a CPU'} in {row['dtype']}, not on the paper's GPU, "
+            "whose flops per byte read set where its effects appear (\"Why a CPU differs\", below)")
 
 
 def caption(table: pd.DataFrame, name: str) -> str:
