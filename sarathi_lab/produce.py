@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="--publish replaces figures and claims of another source, scale, "
                              "machine or commit")
     args = parser.parse_args(argv)
+    if not args.publish and (args.force or args.docs != capacity_docs.DOCS):
+        parser.error(f"{'--force' if args.force else f'--docs={args.docs}'} is invalid without "
+                     "--publish: they say where and whether it writes")
     if device := next((n for n in args.names if n.startswith("device=")), None):
         # The GPU's paper is the GPU suite's (its kernel, engine and profile steps too).
         parser.error(f"{device} is invalid here: the paper on your own GPU is "
