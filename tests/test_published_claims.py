@@ -21,7 +21,6 @@ from sarathi_lab.analysis import capacity, capacity_docs
 from sarathi_lab.analysis.claims import COLUMNS
 from sarathi_lab.harness import REPO_ROOT
 
-pytestmark = pytest.mark.e2e
 REGENERATE = "python -m sarathi_lab.produce --sim --publish --force"
 KEY = ["experiment", "claim", "source"]
 # Stamped by whoever reran it; every other column is the code's.
@@ -46,6 +45,19 @@ def differences(committed: pd.DataFrame, ours: pd.DataFrame, key: list[str]) -> 
     return lines
 
 
+def test_a_difference_names_its_row_and_column_and_the_commit_is_no_difference():
+    committed = pd.DataFrame([{"experiment": "pd_ratio", "claim": "gains", "source": "sim", "holds": "no",
+                               "commit": "abc1234"}])
+    assert differences(committed, committed.assign(commit="def5678"), KEY) == []
+    assert differences(committed, committed.assign(holds="yes"), KEY) == [
+        "pd_ratio | gains | sim: holds: committed 'no', code 'yes'"]
+    assert differences(committed, committed.assign(source="sim2"), KEY) == [
+        "pd_ratio | gains | sim: only in the committed's", "pd_ratio | gains | sim2: only in the code's"]
+    two = pd.concat([committed, committed.assign(claim="peaks")], ignore_index=True)
+    assert differences(two, two[::-1].reset_index(drop=True), KEY) == ["the same rows in another order"]
+
+
+@pytest.mark.e2e
 def test_the_committed_claims_table_is_what_the_code_gives(tmp_path):
     docs = tmp_path / "docs"
     for folder in ("figures", "capacity"):
