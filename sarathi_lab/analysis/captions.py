@@ -17,8 +17,8 @@ def reason(row) -> str:
     simulated = str(row["source"]).startswith(SIMULATED)
     if row["scale"] == "ci":
         return ("the quick CI scale, not the paper's: a tiny model at a few points, which checks "
-                "the pipeline" + (", not the paper's shapes (SARATHI_SIM_PRODUCE=full runs "
-                                  "those, in seconds)" if simulated else ""))
+                "the pipeline" + (", not the paper's shapes (python -m sarathi_lab.produce --sim "
+                                  "runs those, in seconds)" if simulated else ""))
     if simulated:
         differs = f"; {row[DIFFERS]}" if str(row.get(DIFFERS, "")) else ""
         return ("a cost model's prediction at the paper's shape: its kernels' times, not a GPU's "
