@@ -29,7 +29,9 @@ IGNORED = ["commit", capacity.COMMIT_COLUMN]
 
 def differences(committed: pd.DataFrame, ours: pd.DataFrame, key: list[str]) -> list[str]:
     """One line per row only one side has, and per column where a row differs."""
-    committed, ours = (t.drop(columns=IGNORED, errors="ignore").astype(str) for t in (committed, ours))
+    # Missing as '' on both sides: NaN equals nothing, itself included.
+    committed, ours = (t.drop(columns=IGNORED, errors="ignore").astype(object).pipe(lambda t: t.where(t.notna(), ""))
+                       .astype(str) for t in (committed, ours))
     both = committed.merge(ours, on=key, how="outer", suffixes=(" committed", " code"), indicator=True)
     lines = []
     for _, row in both.iterrows():
