@@ -4,26 +4,40 @@ suite's dry run (``--scale dry``: each one's one tiny CPU job, ``experiment=dry/
     python -m sarathi_lab.produce                     # all of them, CPU defaults
     python -m sarathi_lab.produce pd_ratio --scale ci -o device.num_threads=1
     python -m sarathi_lab.produce --sim               # the paper's shapes, simulated (outputs/sim)
+    python -m sarathi_lab.produce --sim --publish --force   # and docs/figures' simulated claims
     python -m sarathi_lab.measure.gpu --own                   # the paper on your own GPU
 
 Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME`` into
-``<root>/<name>/multiruns/<scale>-<time>/``; a failed sweep does not stop the others.
+``<root>/<name>/multiruns/<scale>-<time>/``; a failed sweep does not stop the others. ``--publish``
+then redraws docs/figures/ from the root (analysis/publish.py): the measured claims and figures, or,
+with ``--sim``, the simulated ones on every cost model the table judges them by, each beside the
+first in ``<root>-<cost model>``.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from sarathi_lab import cli_args
-from sarathi_lab.analysis import registry
+from sarathi_lab import cli_args, provenance
+from sarathi_lab.analysis import capacity_docs, publish, registry
 from sarathi_lab.analysis.runs import Results
+from sarathi_lab.config import ConfigError
+from sarathi_lab.env_flags import EnvFlagError
 from sarathi_lab.harness import CONF_DIR, REPO_ROOT
-from sarathi_lab.harness.compose import run_as_command
+from sarathi_lab.harness.budget import cpu_ceilings_dtype
+from sarathi_lab.harness.compose import compose_config, run_as_command
 from sarathi_lab.harness.results import SWEEP_SUMMARY
+from sarathi_lab.harness.schema import parse_config
+from sarathi_lab.measure.profiling import cpu_ceilings
 
 SCALES = ("full", "ci", "dry")
+# The cost models the published simulated claims are judged by besides the sim configs' own
+# (calibrated): each into <root>-<name> (docs/figures/claims.csv's "differs by cost model").
+OTHER_COST_MODELS = ("roofline",)
 
 
 def _simulated_set_choices() -> list[str]:
@@ -61,6 +75,28 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (),
     return ["-m", f"experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]
 
 
+def ceilings_needed(names, scale: str, extra: list[str] = ()) -> dict[str, list[str]]:
+    """{dtype: the experiments whose token_budget=auto reads this CPU's measured ceilings in it}."""
+    needed = {}
+    for name in names:
+        args = [a for a in sweep_args(name, ".", scale, extra)[1:] if not a.startswith("hydra.")]
+        try:
+            cfg = parse_config(compose_config(args))
+        except (ConfigError, ValueError, HydraException, OmegaConfBaseException):
+            continue  # its sweep refuses it, and is named with the failed ones
+        if cfg.token_budget == "auto" and (dtype := cpu_ceilings_dtype(cfg.engine)):
+            needed.setdefault(dtype, []).append(name)
+    return needed
+
+
+def ensure_ceilings(names, scale: str, extra: list[str] = ()) -> None:
+    """Measures the ceilings a fresh machine lacks before the runs that read them, and says so."""
+    for dtype, readers in ceilings_needed(names, scale, extra).items():
+        if entry := cpu_ceilings.ensure(dtype):
+            print(cpu_ceilings.measured_line(entry, f"token_budget=auto of {', '.join(readers)}"),
+                  flush=True)
+
+
 def run_experiments(names, root: str | Path, scale: str = "full", extra: list[str] = (),
                     sim: bool = False) -> list[str]:
     """Returns the names of those with a failed job."""
@@ -69,6 +105,8 @@ def run_experiments(names, root: str | Path, scale: str = "full", extra: list[st
         print(f"not on the simulator: {', '.join(real_only)} "
               "(real ranks; each job holds its own prediction)", flush=True)
         names = [n for n in names if n not in real_only]
+    if not sim:
+        ensure_ceilings(names, scale, extra)
     for name in names:
         if run_as_command(sweep_args(name, root, scale, extra, sim)):
             failed.append(name)
@@ -97,7 +135,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sim", action="store_true",
                         help="run on the simulator at the paper's shapes "
                              "(experiment=sim/NAME; at --scale ci the quick set)")
+    parser.add_argument("--publish", action="store_true",
+                        help="then redraw docs/figures/ from the runs (python -m "
+                             "sarathi_lab.analysis.publish); with --sim, run on "
+                             f"{', '.join(OTHER_COST_MODELS)} too, into <root>-<cost model>")
+    parser.add_argument("--docs", type=Path, default=capacity_docs.DOCS,
+                        help="the docs folder --publish writes (default: the repository's)")
+    parser.add_argument("--force", action="store_true",
+                        help="--publish replaces figures and claims of another source, scale, "
+                             "machine or commit")
     args = parser.parse_args(argv)
+    if not args.publish and (args.force or args.docs != capacity_docs.DOCS):
+        parser.error(f"{'--force' if args.force else f'--docs={args.docs}'} is invalid without "
+                     "--publish: they say where and whether it writes")
     if device := next((n for n in args.names if n.startswith("device=")), None):
         # The GPU's paper is the GPU suite's (its kernel, engine and profile steps too).
         parser.error(f"{device} is invalid here: the paper on your own GPU is "
@@ -112,8 +162,26 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--root={root} is invalid: it (or a folder above it) is a file, "
                      "not a directory")
 
-    if failed := run_experiments(args.names or known, root, args.scale, args.override, args.sim):
-        raise SystemExit(f"failed jobs in: {', '.join(failed)} (see {SWEEP_SUMMARY} of each)")
+    roots = {root: []}
+    if args.publish and args.sim:
+        roots |= {root.with_name(f"{root.name}-{model}"): [f"engine.sim_cost_model={model}"]
+                  for model in OTHER_COST_MODELS}
+    failed = []
+    for each, overrides in roots.items():
+        failed += run_experiments(args.names or known, each, args.scale,
+                                  [*args.override, *overrides], args.sim)
+    if failed:
+        raise SystemExit(f"failed jobs in: {', '.join(dict.fromkeys(failed))} "
+                         f"(see {SWEEP_SUMMARY} of each)")
+    if args.publish:
+        try:
+            written = publish.publish(None if args.sim else root, list(roots) if args.sim else [],
+                                      args.docs, force=args.force)
+        except (provenance.ReplaceRefused, EnvFlagError, capacity_docs.TableError) as e:
+            roots_args = " ".join(f"--{'sim' if args.sim else 'measured'} {r}" for r in roots)
+            parser.error(f"{e} (the runs are kept: python -m sarathi_lab.analysis.publish "
+                         f"{roots_args} --docs {args.docs} --force publishes them)")
+        print("\n".join(map(str, dict.fromkeys(written))))
 
 
 if __name__ == "__main__":

@@ -80,7 +80,9 @@ def test_a_simulated_table_says_what_predicted_it_and_its_claims_name_that(tmp_p
     pd.read_csv(path).assign(sim_device="h100", sim_cost_model="calibrated").to_csv(path, index=False)
     sources = set(capacity_docs.claims(docs).source)
     assert "simulated H100 (calibrated), mistral-7b (committed docs/capacity/sim_capacity.csv)" in sources
-    assert not any(source.startswith("simulated A100 (roofline), mistral-7b") for source in sources)
+    # Only the trade-off's row, which reads its own table (still the A100's), names the A100.
+    assert {s for s in sources if s.startswith("simulated A100 (roofline), mistral-7b")} == {
+        f"simulated A100 (roofline), mistral-7b (committed docs/capacity/{capacity_docs.TRADEOFF_CSV})"}
     # One table, one cost model: a table that mixes two is refused, naming both.
     pd.read_csv(path).assign(sim_cost_model=lambda t: ["roofline"] + ["calibrated"] * (len(t) - 1)).to_csv(path)
     with pytest.raises(ValueError, match=r"sim_cost_model column holds 2 values \(roofline, calibrated\); a simulated "

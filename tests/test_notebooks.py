@@ -14,10 +14,12 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.analysis import registry
+from sarathi_lab.analysis.captions import AGREE
 from sarathi_lab.analysis.runs import EXPERIMENTS, INCLUDE_UNRELIABLE_ENV
 from sarathi_lab.harness import REPO_ROOT
 from sarathi_lab.harness.results import load_runs
 from sarathi_lab.produce import run_experiments
+from sarathi_lab.sim.device import CEILINGS_ENV
 from tests.test_capacity_docs import docs_copy
 
 pytestmark = pytest.mark.e2e
@@ -49,10 +51,11 @@ def readme_command(path, output_dir) -> list[str]:
             str(path.relative_to(REPO_ROOT)), "--output-dir", str(output_dir)]
 
 
-def _execute(path, results_root, docs, output_dir, include_unreliable=True):
+def _execute(path, results_root, docs, output_dir, include_unreliable=True, env=None):
     committed = path.read_bytes()
-    env = os.environ | {"SARATHI_RESULTS": str(results_root), "SARATHI_DOCS": str(docs),  # capacity redraws docs/
-                        "PYTHONPATH": str(REPO_ROOT)}
+    # SARATHI_DOCS: capacity redraws docs/.
+    env = (env or os.environ) | {"SARATHI_RESULTS": str(results_root), "SARATHI_DOCS": str(docs),
+                                 "PYTHONPATH": str(REPO_ROOT)}
     env.pop("WANDB_PROJECT", None)
     env.pop(INCLUDE_UNRELIABLE_ENV, None)
     if include_unreliable:
@@ -69,22 +72,40 @@ def _execute(path, results_root, docs, output_dir, include_unreliable=True):
     return nbformat.read(output_dir / path.name, as_version=4)
 
 
-# capacity.ipynb's runs are its own test's (below): with and without a CPU table and searches.
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name != "capacity.ipynb"], ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom(path, results_root, tmp_path):
-    notebook = _execute(path, results_root, docs_copy(tmp_path), tmp_path / "outputs" / "notebooks")
-    if path.name == "figures.ipynb":
-        # The machine balance that explains the runs is measured in their precision (bfloat16 where
-        # the CPU has bf16 units), not always in float32.
-        dtype = load_runs(results_root / "per_token_cost")["env.dtype"].iloc[0]
-        assert f", {dtype}, " in json.dumps(notebook.cells[-1].outputs)
-        assert sorted(p.stem for p in (results_root / "figures").glob("*.png")) == sorted(EXPERIMENTS)
-        claims = pd.read_csv(results_root / "figures" / "claims.csv")
-        # Simulated paper results default to the calibrated cost model (produce --sim).
-        assert "source" in claims.columns and "simulated A6000 (calibrated), llama-13b" in set(claims.source)
-        # Mistral-7B's three measured (not yet: no CPU table) and three simulated, Yi-34B's tensor-parallel
-        # one, and Mistral-7B's on the arxiv_summarization lengths.
-        assert (claims.experiment == "capacity").sum() == 8
+def test_every_notebook_is_tested():
+    # capacity.ipynb's runs are its own test's (below): with and without a CPU table and searches.
+    assert {p.name for p in NOTEBOOKS} == {"figures.ipynb", "capacity.ipynb"}
+
+
+def test_the_figures_notebook_runs_top_to_bottom_on_a_fresh_machine(results_root, tmp_path):
+    # As on a fresh clone: no measured CPU ceilings (none of the tests' synthetic ones, an empty cache),
+    # no simulated runs, and no capacity search, whose CI-scale token budget reads those ceilings: the
+    # notebook measures them first and says so, and runs the simulator at the paper's shapes by default.
+    root = tmp_path / "results"
+    shutil.copytree(results_root, root, ignore=shutil.ignore_patterns("sim", "capacity", "figures"))
+    env = {k: v for k, v in os.environ.items() if k not in (CEILINGS_ENV, "SARATHI_SIM_PRODUCE")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    notebook = _execute(NOTEBOOKS_DIR / "figures.ipynb", root, docs_copy(tmp_path), tmp_path / "outputs",
+                        env=env)
+    shown = json.dumps([cell.outputs for cell in notebook.cells if cell.cell_type == "code"], ensure_ascii=False)
+    assert "measured this CPU's ceilings in " in shown and "for token_budget=auto of capacity" in shown
+    assert (tmp_path / "cache" / "sarathi_lab" / "cpu_ceilings.json").is_file()
+    # The machine balance that explains the runs is measured in their precision (bfloat16 where
+    # the CPU has bf16 units), not always in float32.
+    dtype = load_runs(root / "per_token_cost")["env.dtype"].iloc[0]
+    assert f", {dtype}, " in json.dumps(notebook.cells[-1].outputs)
+    assert sorted(p.stem for p in (root / "figures").glob("*.png")) == sorted(EXPERIMENTS)
+    claims = pd.read_csv(root / "figures" / "claims.csv", keep_default_na=False)
+    # Simulated paper results at the paper's shapes, on the calibrated cost model (produce --sim).
+    simulated = claims[claims.source == "simulated A6000 (calibrated), llama-13b"]
+    assert len(simulated) and set(simulated.scale) == {"full"}
+    # Mistral-7B's three measured (not yet: no CPU table) and three simulated, Yi-34B's tensor-parallel
+    # one, and Mistral-7B's on the arxiv_summarization lengths.
+    assert (claims.experiment == "capacity").sum() == 8
+    # Every claim a source does not hold is under its figure, with why.
+    for row in claims[~claims.holds.isin(AGREE) & (claims.experiment != "capacity")].itertuples():
+        assert f"{row.claim}: **{row.holds}**" in shown, row
+    assert "Why: the quick CI scale, not the paper's" in shown
 
 
 def test_the_figures_notebook_finishes_where_every_run_is_unreliable(results_root, tmp_path):

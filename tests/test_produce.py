@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
+from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import EXPERIMENTS, Results
 from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.harness.compose import compose_config
 from sarathi_lab.harness.schema import parse_config
-from sarathi_lab.produce import SIM_CI_OVERRIDES, produce_missing, run_experiments, sweep_args
+from sarathi_lab.produce import SIM_CI_OVERRIDES, ceilings_needed, produce_missing, run_experiments, sweep_args
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +33,23 @@ def test_the_simulated_set_runs_the_sim_configs_at_full_scale_and_the_quick_set_
     assert sweep_args("orca_compare", tmp_path, "full", sim=True)[:2] == ["-m", "experiment=sim/orca_compare"]
     quick = sweep_args("orca_compare", tmp_path, "ci", sim=True)
     assert quick[1] == "experiment=ci/orca_compare" and quick[-len(SIM_CI_OVERRIDES):] == SIM_CI_OVERRIDES
+
+
+def test_every_simulated_result_runs_at_its_papers_shape_and_capacity_at_sarathi_serves(tmp_path):
+    # Without sim/NAME, produce --sim fell back to the quick set's LLaMA-13B on an A6000 at the CPU
+    # experiment's own dtype: float32 capacity searches that no A6000 holds.
+    simulated = [n for n in EXPERIMENTS if registry.by_name(n).simulated]
+    assert [n for n in simulated if not (CONF_DIR / "experiment" / "sim" / f"{n}.yaml").is_file()] == []
+    args = sweep_args("capacity", tmp_path, "full", sim=True)
+    assert args[:2] == ["-m", "experiment=sim/capacity"]
+    cfg = parse_config(compose_config([a for a in args[1:] if not a.startswith("hydra.")]))
+    assert (cfg.name, cfg.model.name, cfg.dtype, cfg.engine.sim_device, cfg.engine.sim_cost_model) == (
+        "capacity", "mistral-7b", "bfloat16", "a100", "calibrated")
+
+
+def test_the_ci_capacity_search_is_the_one_run_reading_this_cpus_measured_ceilings():
+    # What produce measures first on a fresh machine (the tests' ceilings are synthetic).
+    assert ceilings_needed(EXPERIMENTS, "ci") == {"bfloat16": ["capacity"]}
 
 
 def test_the_simulated_quick_set_of_a_measurement_and_a_serving_experiment_runs_with_no_model(tmp_path):

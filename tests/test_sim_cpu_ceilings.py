@@ -56,3 +56,29 @@ def test_measuring_replaces_a_damaged_file_with_one_warning(content, tmp_path, m
     caplog.clear()
     cpu_ceilings.ensure("float32")   # present now: nothing measured, nothing said
     assert caplog.text == ""
+
+
+def test_ceilings_measured_for_a_run_say_so_in_one_line_with_the_load_they_were_measured_under(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from sarathi_lab import host_load
+    from sarathi_lab.measure.profiling import ceilings, cpu_ceilings
+
+    path = tmp_path / "c.json"
+    monkeypatch.setenv(CEILINGS_ENV, str(path))
+    monkeypatch.setattr(ceilings, "measure_ceilings", lambda *a, **k: SimpleNamespace(
+        copy_gbps=4.0, matmul_gflops=30.0, threads=2, copy_mib=1, matmul_n=64))
+    busy = {"runqueue_wait_share": 0.5, "timing_unreliable": True, "timing_note": "busy"}
+    monkeypatch.setattr(host_load, "assess", lambda start, end: busy)
+    entry = cpu_ceilings.ensure("float32")
+    assert json.loads(path.read_text())[cpu_ceilings_key("float32")]["runqueue_wait_share"] == 0.5
+    line = cpu_ceilings.measured_line(entry, "token_budget=auto of capacity")
+    assert line.startswith("measured this CPU's ceilings in float32 for token_budget=auto of capacity "
+                           f"(none were in {path}): copy 4 GB/s, matmul 30 GFLOP/s with 2 threads; ")
+    assert line.endswith("other work distorted them (its threads waited for a CPU 50% of the time they "
+                         "were ready), so the budgets they size are too small: "
+                         f"{MEASURE_COMMAND} --dtype float32 on a quiet machine measures them again")
+    assert cpu_ceilings.ensure("float32") is None   # present now: nothing measured
+    quiet = entry | {"timing_unreliable": False}
+    assert cpu_ceilings.measured_line(quiet, "x").endswith("with 2 threads")

@@ -222,7 +222,10 @@ def test_the_committed_leases_are_indexed_and_each_profile_lease_is_readable():
 
 # publish and claims_table: refusals and partial roots.
 
-def _pd_ratio_root(root: Path, scale: str = "ci") -> Path:
+SIMULATED = {"executor": "sim", "sim_device": "a6000", "sim_cost_model": "calibrated", "sim_tp": 1}
+
+
+def _pd_ratio_root(root: Path, scale: str = "ci", simulated: bool = False) -> Path:
     sweep = root / "pd_ratio/multiruns/2026-01-01"
     for job, (scheduler, throughput) in enumerate((("static", 100.0), ("sarathi", 120.0))):
         run = sweep / str(job)
@@ -230,7 +233,7 @@ def _pd_ratio_root(root: Path, scale: str = "ci") -> Path:
         (run / "metrics.json").write_text(json.dumps({
             "config": {"scheduler": scheduler, "model": "cpu-small", "seed": 0, "scale": scale, "chunk": 64,
                        "seq_len": 256, "batch_size": 4, "pd_ratio": 8.0},
-            "overrides": [], "resolved_config": {"engine": {"executor": "model"}},
+            "overrides": [], "resolved_config": {"engine": SIMULATED if simulated else {"executor": "model"}},
             "summary": {"total_throughput_tok_s": throughput},
             "environment": {"device": "cpu", "device_name": "Test CPU", "dtype": "float32", "torch_threads": 2,
                             "timing_unreliable": False, "git_commit": "abc1234" + "0" * 33}}))
@@ -261,6 +264,40 @@ def test_publish_refuses_to_replace_full_scale_results_with_ci_ones_and_writes_n
     assert provenance.recorded(docs / "figures" / "pd_ratio.png").scale == "ci"
     again = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
     assert again.returncode == 0, again.stderr[-3000:]
+    # A measured root replaces the measured rows alone: the simulated ones stay as they were.
+    before, after = (pd.read_csv(p, keep_default_na=False) for p in (ROOT / "docs/figures/claims.csv",
+                                                                      docs / "figures/claims.csv"))
+    simulated = [_rows(t[(t.machine == PREDICTED) & (t.experiment != "capacity")]) for t in (before, after)]
+    assert simulated[0] and simulated[1] == simulated[0]
+
+
+PREDICTED = "none: predicted by the cost model"
+
+
+def _rows(table: pd.DataFrame) -> list[dict]:
+    """Rows as the claims table writes them, every column of today's."""
+    from sarathi_lab.analysis.claims import COLUMNS
+
+    return table.reindex(columns=COLUMNS, fill_value="").astype(str).to_dict("records")
+
+
+def test_publish_of_a_simulated_root_alone_replaces_its_experiments_simulated_rows_and_keeps_the_rest(tmp_path):
+    root, docs = _pd_ratio_root(tmp_path / "sim", scale="full", simulated=True), _docs(tmp_path)
+    committed = pd.read_csv(docs / "figures" / "claims.csv", keep_default_na=False)
+    run = _run("sarathi_lab.analysis.publish", "--sim", str(root), "--docs", str(docs), "--force")
+    assert run.returncode == 0, run.stderr[-3000:]
+    table = pd.read_csv(docs / "figures" / "claims.csv", keep_default_na=False)
+    # pd_ratio's simulated rows are the root's, at its commit; every cost model's committed ones are gone.
+    ours = table[(table.experiment == "pd_ratio") & (table.machine == PREDICTED)]
+    assert set(ours.source) == {"simulated A6000 (calibrated), cpu-small"} and set(ours.commit) == {"abc1234"}
+    assert len(ours) == 2
+    # Every other row as it was: the measured ones (pd_ratio's too), the other experiments' simulated ones.
+    others = [committed[(committed.experiment != "capacity") & ((committed.experiment != "pd_ratio")
+                                                                | (committed.machine != PREDICTED))],
+              table[(table.experiment != "capacity") & ~table.index.isin(ours.index)]]
+    assert _rows(others[1]) == _rows(others[0])
+    assert "simulated rows kept as committed (no --sim root has them): per_token_cost" in run.stdout
+    assert provenance.recorded(docs / "figures" / "claims.csv").commit == "abc1234"
 
 
 def test_publish_draws_what_a_partial_root_has_and_names_what_it_lacks(tmp_path):

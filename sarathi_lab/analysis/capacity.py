@@ -42,6 +42,8 @@ MEASURED_COLUMNS = ["dtype", "device_name", "torch_threads", "timing_unreliable"
 SIMULATED_COLUMNS = ["sim_device", "sim_cost_model", "sim_tp"]
 # A replayed trace's recorded rate, and the capacity as a multiple of it.
 TRACE_COLUMNS = ["trace_rate_rps", "capacity_rate_scale"]
+# The code's commit a search ran (its environment's); tables written before it lack the column.
+COMMIT_COLUMN = "git_commit"
 
 
 def load_searches(root: str | Path) -> pd.DataFrame:
@@ -73,16 +75,17 @@ def _search_row(path: Path) -> dict:
                                                  "at_capacity_sched_delay_p50_s", *TRACE_COLUMNS)}
             | {key: record["environment"].get(key)
                for key in ("device_name", "torch_threads", "timing_unreliable",
-                           *SIMULATED_COLUMNS)})
+                           *SIMULATED_COLUMNS, COMMIT_COLUMN)})
 
 
 def compact(searches: pd.DataFrame) -> pd.DataFrame:
     """The committed table of searches (docs/capacity/*_capacity.csv), with what produced them."""
     simulated = searches.executor.map(lambda name: recorded_as(name, "simulated")).astype(bool)
     replayed = "trace_rate_rps" in searches and searches.trace_rate_rps.notna().any()
+    committed = COMMIT_COLUMN in searches and searches[COMMIT_COLUMN].notna().any()
     columns = (TABLE_COLUMNS + TRACE_COLUMNS * bool(replayed)
                + MEASURED_COLUMNS * bool((~simulated).any())
-               + SIMULATED_COLUMNS * bool(simulated.any()))
+               + SIMULATED_COLUMNS * bool(simulated.any()) + [COMMIT_COLUMN] * bool(committed))
     return searches[columns].sort_values(["tbt_slo_s", "scheduler",
                                           "token_budget"]).reset_index(drop=True)
 

@@ -3,6 +3,9 @@ capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/cla
 
     python -m sarathi_lab.analysis.capacity_docs MULTIRUN  # /tmp/cap/cpu: writes cpu_capacity.csv
     python -m sarathi_lab.analysis.capacity_docs           # redraws from the committed tables only
+
+The simulated capacity_sim tables (one per cost model, SIM_TABLES) are written by
+``python -m sarathi_lab.analysis.publish --sim ROOT`` from a root's capacity sweep.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, code_commit, provenance
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.figures import save
@@ -24,6 +27,8 @@ from sarathi_lab.sim import CostModel
 DOCS = REPO_ROOT / "docs"
 SIM_CSV, TRADEOFF_CSV, CPU_CSV = "sim_capacity.csv", "sim_tradeoff.csv", "cpu_capacity.csv"
 TP_CSV, TRACE_CSV = "sim_capacity_yi34b.csv", "sim_capacity_arxiv.csv"
+# experiment=capacity_sim's searches by each cost model (produce --sim runs it as sim/capacity).
+SIM_TABLES = {"roofline": SIM_CSV, "calibrated": "sim_capacity_uniform_calibrated.csv"}
 # The trace's lengths, which the table does not record.
 TRACE_LENGTHS = ", arxiv_summarization lengths"
 OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
@@ -36,7 +41,9 @@ class TableError(ValueError):
 def read_table(path: Path) -> pd.DataFrame:
     """Its columns under today's names (``attrs["path"]``: where it was read)."""
     try:
-        table = pd.read_csv(path).rename(columns=current_names)
+        # A commit of digits and one 'e' would read as a number.
+        table = (pd.read_csv(path, dtype={capacity.COMMIT_COLUMN: str})
+                 .rename(columns=current_names))
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise TableError(f"{path} is invalid: not a readable CSV "
                          f"({' '.join(str(e).split())[:200]})") from None
@@ -84,6 +91,27 @@ def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False)
     return written
 
 
+def tabulate_simulated(sweep: str | Path, docs: str | Path) -> Path | None:
+    """A sweep's simulated searches into SIM_TABLES's file for its cost model (None: none is kept
+    for it); the caller checks provenance."""
+    searches = capacity.load_searches(sweep)
+    if searches.empty or not all(recorded_as(name, "simulated") for name in searches.executor):
+        raise TableError(f"{sweep}: expected capacity searches of executor=sim (capacity.json), "
+                         f"found {len(searches)} search(es) with executors "
+                         f"{sorted(set(searches.get('executor', [])))}")
+    table = capacity.compact(searches)
+    if (name := SIM_TABLES.get(predicted_by(table)["cost_model"])) is None:
+        return None
+    return capacity.write_csv(table, Path(docs) / "capacity" / name)
+
+
+def commit_of(table: pd.DataFrame) -> str:
+    """The commit(s) a committed table's searches ran at; '' where it does not say."""
+    if capacity.COMMIT_COLUMN not in table:
+        return ""
+    return provenance.commits(table[capacity.COMMIT_COLUMN])
+
+
 def predicted_by(sim: pd.DataFrame) -> dict:
     """The device, cost model and GPU count of a simulated table (one of each per table)."""
     where = sim.attrs.get("path", "a simulated capacity table")
@@ -103,8 +131,10 @@ def predicted_by(sim: pd.DataFrame) -> dict:
 def simulated_provenance(sim: pd.DataFrame, table: str, suffix: str = "") -> dict[str, str]:
     """claims.PROVENANCE of a simulated table, or of its cost model alone (``table`` empty)."""
     where = f" (committed docs/capacity/{table})" if table else " (computed here)"
+    # Computed here: by this code, at its commit.
+    commit = commit_of(sim) if table else provenance.commits([code_commit.source_commit()[0]])
     return claim_checks.simulated_provenance(f"{source(sim)}{suffix}{where}",
-                                             str(sim.scale.iloc[0]))
+                                             str(sim.scale.iloc[0])) | {"commit": commit}
 
 
 def source(sim: pd.DataFrame) -> str:
@@ -126,9 +156,13 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
         measured = capacity.Evidence(searches=cpu, provenance={
             "source": f"measured CPU, {first.model} (committed docs/capacity/{CPU_CSV})",
             "scale": str(first.scale), "dtype": str(first["dtype"]),
-            "threads": f"{first.torch_threads:g}", "machine": str(first.device_name)})
+            "threads": f"{first.torch_threads:g}", "machine": str(first.device_name),
+            "commit": commit_of(cpu)})
+    # Each simulated claim beside the table it reads, whose commit it carries.
     rows = capacity.capacity_claims(
-        measured, capacity.Evidence(sim, tradeoff, provenance=simulated_provenance(sim, SIM_CSV)),
+        measured, capacity.Evidence(sim, provenance=simulated_provenance(sim, SIM_CSV)),
+        capacity.Evidence(tradeoff=tradeoff,
+                          provenance=simulated_provenance(tradeoff, TRADEOFF_CSV)),
         capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, ""),
                           overhead_model=by["cost_model"]))
     # Tables of other shapes, each its own claim where it exists.

@@ -153,17 +153,18 @@ def mark_cost_model_differences(rows: list[dict], cost_models: list[str | None],
 
 
 def claims_table(results, simulated=None, only=None) -> pd.DataFrame:
-    """Each result's rows on ``results``, then ``simulated`` (one Results per cost model)."""
+    """Each result's rows on ``results``, then ``simulated`` (one Results per cost model);
+    ``results`` None: the simulated rows alone."""
     from sarathi_lab.analysis import registry  # its result modules import this one's helpers
 
     chosen = [r for r in registry.RESULTS if only is None or r.name in only]
     sims = ([] if simulated is None else list(simulated) if isinstance(simulated, (list, tuple))
             else [simulated])
     rows, models = [], []
-    missing = set(results.missing())
+    missing = set(registry.names()) if results is None else set(results.missing())
     for result in chosen:
         name = result.name
-        if name in missing:
+        if name in missing and results is not None:
             rows, models = [*rows, missing_row(name, results.root)], [*models, None]
         for runs, model in [*([] if name in missing else [(results, None)]),
                             *((s, s.executor(name).get("sim_cost_model"))

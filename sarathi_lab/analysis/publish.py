@@ -1,18 +1,24 @@
 """Redraw the committed figures and claims table (docs/figures/) from result roots, in one command:
 
-    python -m sarathi_lab.analysis.publish --measured outputs --sim outputs/sim \
-        --sim outputs/sim-roofline
+    python -m sarathi_lab.produce --sim --publish --force   # every simulated claim, rerun
+    python -m sarathi_lab.analysis.publish --sim outputs/sim --sim outputs/sim-roofline
+    python -m sarathi_lab.analysis.publish --measured outputs   # the CPU's claims and figures
     # RESULTS.md's GPU claims from docs/gpu/*/*/claims.csv:
     python -m sarathi_lab.analysis.publish --gpu-claims
 
+The claims table's measured rows come from --measured, its simulated rows from the --sim roots (an
+experiment's from every root that has it); the rows no root given stands for are kept as the table
+has them, each with its own commit and machine. A --sim root's capacity searches become its cost
+model's committed table (docs/capacity/), from which the capacity rows and figures are drawn.
 A figure whose runs the roots lack is left as it is, and named; a file of another source, scale,
-machine or commit (docs/figures/provenance.json) is replaced only with --force.
+machine or commit (provenance.json) is replaced only with --force.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import pandas as pd
 
 from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import capacity_docs, claims, figures, gpu_claims, registry
@@ -22,6 +28,9 @@ from sarathi_lab.executors import recorded_as
 from sarathi_lab.provenance import Provenance
 
 WRITER = "python -m sarathi_lab.analysis.publish"
+CAPACITY = "capacity"
+# What claims.simulated_provenance writes in every predicted row's machine column.
+PREDICTED = claims.simulated_provenance("", "")["machine"]
 
 
 def _joined(values) -> str:
@@ -45,18 +54,65 @@ def merged(each: list[Provenance]) -> Provenance:
                       writer=WRITER)
 
 
+def _capacity_tables(sims: list[Results], docs: Path) -> dict[Path, Results]:
+    """The committed capacity table each simulated root's capacity sweep writes."""
+    tables = {}
+    for results in sims:
+        if CAPACITY in results.missing():
+            continue
+        model = results.executor(CAPACITY).get("sim_cost_model")
+        if name := capacity_docs.SIM_TABLES.get(model):
+            tables[docs / "capacity" / name] = results
+        else:
+            print(f"{CAPACITY}: no committed table is kept for cost model {model!r} "
+                  f"(kept: {', '.join(capacity_docs.SIM_TABLES)}): {results.root}'s searches "
+                  "are left out of docs/capacity/")
+    return tables
+
+
 def plan(measured: Results | None, sims: list[Results], docs: Path) -> dict[Path, Provenance]:
-    """Each file publish would write from these roots, with its provenance."""
-    planned, each = {}, []
+    """Each file publish would write from these roots, with its provenance (the claims table's:
+    of the rows the roots give; a row kept from the table keeps its own in its columns)."""
+    planned = {}
     roots = ([(measured, "")] if measured else []) + ([(sims[0], "_sim")] if sims else [])
     for results, suffix in roots:
         for name in (n for n in registry.names() if n not in results.missing()):
             planned[docs / "figures" / f"{name}{suffix}.png"] = runs_provenance(results, name)
-    if measured is not None:
-        each = [runs_provenance(r, n) for r in (measured, *sims) for n in registry.names()
-                if n not in r.missing()]
+    if each := [runs_provenance(r, n) for r in ([measured] if measured else []) + sims
+                for n in registry.names() if n not in r.missing()]:
         planned[docs / "figures" / "claims.csv"] = merged(each)
+    for path, results in _capacity_tables(sims, docs).items():
+        planned[path] = runs_provenance(results, CAPACITY)
     return planned
+
+
+def predicted(table: pd.DataFrame) -> pd.Series:
+    """Which rows of a claims table are the simulator's."""
+    return table["machine"] == PREDICTED
+
+
+def claims_rows(measured: Results | None, sims: list[Results],
+                committed: pd.DataFrame | None) -> pd.DataFrame:
+    """The claims table: its measured rows from ``measured``, an experiment's simulated rows from
+    the ``sims`` that have it; the rest kept from ``committed`` (None: there are none to keep)."""
+    new = claims.claims_table(measured, sims)
+    if committed is None or committed.empty:
+        return new
+    rerun = {n for r in sims for n in registry.names() if n not in r.missing()}
+    old = committed.reindex(columns=claims.COLUMNS, fill_value="")
+    simulated = predicted(old)
+    kept_sims = simulated & ~old.experiment.isin(rerun)
+    keep = kept_sims | (~simulated & (measured is None))
+    kept = [n for n in registry.names() if n != CAPACITY and n in set(old.experiment[kept_sims])]
+    if sims and kept:
+        print(f"simulated rows kept as committed (no --sim root has them): {', '.join(kept)}")
+    # Each experiment's measured rows, then its simulated ones, in the registry's order.
+    both = pd.concat([old[keep], new], ignore_index=True)
+    order = {n: i for i, n in enumerate(registry.names())}
+    both["_order"] = both.experiment.map(lambda n: order.get(n, len(order)))
+    both["_predicted"] = predicted(both)
+    return (both.sort_values(["_order", "_predicted"], kind="stable")
+            .drop(columns=["_order", "_predicted"]).reset_index(drop=True))
 
 
 def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
@@ -87,13 +143,18 @@ def publish(measured: str | Path | None, simulated: list[str | Path],
     provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
     if runs is not None:
         written += draw_all(runs, docs)
-        path = docs / "figures" / "claims.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # capacity rows: refresh's, below
-        claims.claims_table(runs, sims).to_csv(path, index=False)
-        written.append(path)
     if sims:
         written += draw_all(sims[0], docs, "_sim")
+    for path, results in _capacity_tables(sims, docs).items():
+        written.append(capacity_docs.tabulate_simulated(results.sweep(CAPACITY), docs))
+    path = docs / "figures" / "claims.csv"
+    if path in planned:
+        committed = pd.read_csv(path, keep_default_na=False) if path.is_file() else None
+        table = claims_rows(runs, sims, committed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # capacity rows: refresh's, below
+        table.to_csv(path, index=False)
+        written.append(path)
     provenance.record({path: prov for path, prov in planned.items() if path in written})
     return written + capacity_docs.refresh(docs)
 
@@ -102,9 +163,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.publish",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("--measured",
-                        help="a produce root of measured runs (default: none redrawn)")
+                        help="a produce root of measured runs (default: none redrawn; the "
+                             "table's measured rows kept)")
     parser.add_argument("--sim", action="append", default=[],
-                        help="a produce --sim root (repeatable)")
+                        help="a produce --sim root (repeatable; the first draws the *_sim "
+                             "figures; default: none, the table's simulated rows kept)")
     parser.add_argument("--docs", default=capacity_docs.DOCS, type=Path, help="the docs folder")
     parser.add_argument("--include-unreliable", action="store_true",
                         help="keep runs flagged timing_unreliable")

@@ -241,6 +241,9 @@ class Results:
                 continue
             if str(path.parent) in kept:
                 keys[str(path.parent)] = set(current_names(summary))
+        # A run inside another (a capacity search's trials) records other metrics than its own.
+        keys = {run: k for run, k in keys.items()
+                if not any(str(parent) in keys for parent in Path(run).parents)}
         lacking = {}
         for metric in set().union(*keys.values()) if keys else ():
             if metric.endswith(METRIC_UNITS) and (

@@ -35,16 +35,25 @@ def fullest_iteration_s(cost_model, budget: int, batch_size: int, context: int) 
                                        decodes=[context] * batch_size)
 
 
+def cpu_ceilings_dtype(engine: EngineConfig) -> str | None:
+    """The dtype of this CPU's measured ceilings whose roofline sizes ``engine``'s budget (a real
+    engine on the CPU, no profile of its model measured); None: it reads none."""
+    from sarathi_lab.sim.profiles import profile_path
+
+    if engine.kind.simulated or resolve_device(engine.device) != "cpu":
+        return None
+    return None if profile_path("cpu", engine.model).is_file() else engine.dtype
+
+
 def budget_cost_model(engine: EngineConfig):
     """(cost model, description): the simulator's own, or the CPU's profile, else its roofline."""
     from sarathi_lab.sim import CostModel
-    from sarathi_lab.sim.profiles import profile_path
 
     if engine.kind.simulated:
         device, kind = engine.sim_device, engine.sim_cost_model
     elif resolve_device(engine.device) == "cpu":
         device = "cpu"
-        kind = "profile" if profile_path("cpu", engine.model).is_file() else "roofline"
+        kind = "roofline" if cpu_ceilings_dtype(engine) else "profile"
     else:
         raise ConfigError(f"token_budget=auto is invalid with device={engine.device} and "
                           "executor=model: only the CPU has measured ceilings here; use "
