@@ -2,10 +2,12 @@
 raised again each iteration, as a finalizer can swallow it (costing an iteration, not the run)."""
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 
 class Interrupted(KeyboardInterrupt):
@@ -74,3 +76,46 @@ def deferred_signals(*signums: int, raise_at_end: bool = True) -> Iterator[list[
             signal.signal(s, h)
     if received and raise_at_end:
         raise Interrupted(received[0])
+
+
+# What a child gets, once the signal that stopped its parent is passed on, to record its run as
+# interrupted and leave; then its group is killed.
+CHILD_GRACE_S = 15.0
+
+
+def start_child(command: list[str], **popen) -> subprocess.Popen:
+    """In a process group of its own (the children it starts too), which end_child ends whole."""
+    return subprocess.Popen(command, start_new_session=True, **popen)
+
+
+def end_child(proc: subprocess.Popen, signum: int = signal.SIGTERM,
+              grace_s: float = CHILD_GRACE_S) -> int:
+    """``signum`` to the child's group, SIGKILL to what is left of it ``grace_s`` later; further
+    signals wait meanwhile. The child's exit status."""
+    with deferred_signals(signal.SIGINT, signal.SIGTERM, raise_at_end=False):
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signum)
+        try:
+            code = proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's own children outlive it otherwise
+        return proc.wait() if code is None else code
+
+
+def signal_of(error: BaseException) -> int:
+    """The signal a KeyboardInterrupt came by (ours say; Python's own is SIGINT), else SIGTERM."""
+    if (interrupted := interruption_of(error)) is not None:
+        return interrupted.signum
+    return signal.SIGINT if isinstance(error, KeyboardInterrupt) else signal.SIGTERM
+
+
+def run_child(command: list[str], **popen) -> int:
+    """Its exit status; this process stopped (a signal, any error) ends the child's group first."""
+    proc = start_child(command, **popen)
+    try:
+        return proc.wait()
+    except BaseException as e:
+        end_child(proc, signal_of(e))
+        raise
