@@ -7,17 +7,18 @@ the device. The prediction is the experiment's own task (``reread``) run on the 
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
 from sarathi_lab import LLM, cli_args, provenance
+from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.paper import PREFILL_SLOWDOWN_BOUND as BOUNDS
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.measure.tasks import reread
+from sarathi_lab.model.floors import memory_ceiling
 from sarathi_lab.sim.device import load_device
 
 DEVICES = ("a6000", "a100", "h100", "h200")
@@ -38,11 +39,11 @@ def measured_ceilings(gpu_docs: Path, device: str) -> tuple[str, float, float] |
     """The newest lease whose env step measured both (memory: read rate, else copy)."""
     for env_json in sorted(gpu_docs.glob(f"{device}/*/steps/env/env.json"), reverse=True):
         try:
-            env = json.loads(env_json.read_text())
-            gbps = float(env.get("read_gbps") or env["copy_gbps"])
-            return env_json.parents[2].name, float(env["matmul_tflops"]), gbps
-        except (OSError, ValueError, KeyError, TypeError):
+            env = gpu_records.read_env(env_json.parent)
+        except gpu_records.RecordError as e:
+            gpu_records.warn(f"{e}; the lease is skipped")
             continue
+        return env_json.parents[2].name, float(env["matmul_tflops"]), memory_ceiling(env)[0]
     return None
 
 
