@@ -200,7 +200,8 @@ def added_knobs(args: list[str]) -> list[str]:
     that lack it (which ignore it, and say so) where a plain override stops at the first."""
     flags, _, overrides = _parse(tuple(args))
     knobs = {arg: o.key_or_group.removeprefix("scheduler.") for arg, o in overrides
-             if o.key_or_group.startswith("scheduler.") and not (o.is_add() or o.is_delete())
+             if o.key_or_group.startswith("scheduler.")
+             and not (o.is_add() or o.is_force_add() or o.is_delete())  # '+++' is no override
              and _knob_owners(o.key_or_group)}
     if not knobs or flags is None or not flags.multirun or _other_configs(flags, overrides):
         return args
