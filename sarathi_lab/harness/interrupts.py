@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 
 
 class Interrupted(KeyboardInterrupt):
@@ -88,11 +89,39 @@ def start_child(command: list[str], **popen) -> subprocess.Popen:
     return subprocess.Popen(command, start_new_session=True, **popen)
 
 
+def _started(pid: int) -> str | None:
+    """A process's start time (/proc), so that a pid reused since is told apart; None: gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """pid -> start time of every process below ``pid`` (Linux; none found elsewhere)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        with suppress(OSError, IndexError, ValueError):
+            parent = int(entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+            parents.setdefault(parent, []).append(int(entry.name))
+    found, todo = {}, [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if (started := _started(child)) is not None:
+                found[child] = started
+                todo.append(child)
+    return found
+
+
 def end_child(proc: subprocess.Popen, signum: int = signal.SIGTERM,
               grace_s: float = CHILD_GRACE_S) -> int:
-    """``signum`` to the child's group, SIGKILL to what is left of it ``grace_s`` later; further
-    signals wait meanwhile. The child's exit status."""
+    """``signum`` to the child's group, SIGKILL ``grace_s`` later to what is left of it and of
+    the processes below it then (one in a session of its own too); further signals wait
+    meanwhile. The child's exit status."""
     with deferred_signals(signal.SIGINT, signal.SIGTERM, raise_at_end=False):
+        below = _descendants(proc.pid)
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signum)
         try:
@@ -100,7 +129,11 @@ def end_child(proc: subprocess.Popen, signum: int = signal.SIGTERM,
         except subprocess.TimeoutExpired:
             code = None
         with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the child's own children outlive it otherwise
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid, started in below.items():
+            if _started(pid) == started:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         return proc.wait() if code is None else code
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import signal
 import sys
 import textwrap
 from pathlib import Path
 
 from sarathi_lab import output_files
+from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
 from sarathi_lab.harness.tasks import task_names
 from sarathi_lab.measure import bench, sim_check, tasks
 from sarathi_lab.measure.bench.case import ALL, NAMES, named
@@ -55,14 +57,20 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join([*NAMES, 'all', *sim_check.CHECKS])} "
               "(python -m sarathi_lab.measure lists them)", file=sys.stderr)
         return 2
-    with output_files.one_call():
-        if name in sim_check.CHECKS:
-            importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
-        elif name != "all":
-            named(name).run(rest)
-        for each in ALL if name == "all" else ():
-            print(f"\n===== {each} =====", flush=True)
-            named(each).run(own_out(rest, each))
+    try:
+        with output_files.one_call(), signals_interrupt(signal.SIGINT, signal.SIGTERM):
+            if name in sim_check.CHECKS:
+                importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
+            elif name != "all":
+                named(name).run(rest)
+            for each in ALL if name == "all" else ():
+                print(f"\n===== {each} =====", flush=True)
+                named(each).run(own_out(rest, each))
+    except Interrupted as e:
+        # A measurement writes its tables at its end, all at once: nothing of this one is.
+        print(f"interrupted ({e}): {name} stopped and the processes it started with it; its "
+              "tables are not written; the same command starts it over", file=sys.stderr)
+        return e.exit_code
     return 0
 
 
