@@ -137,6 +137,19 @@ def test_floor_claims_rerun_the_lease_s_sweep_beside_it_and_attribute_reads_them
     assert claim["why"].startswith("at the H200's sequential floors (the lease's sweep on the simulator's")
 
 
+@pytest.mark.e2e
+def test_a_lease_s_sweep_the_simulator_refuses_is_one_line_naming_it(tmp_path, capsys):
+    # It raised RuntimeError naming a temporary folder already deleted.
+    folder = _lease(tmp_path, [SWEEP.replace("chunk=64", "chunk=-64")])
+    with pytest.raises(SystemExit) as e:
+        floor_claims.main([str(folder)])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert e.value.code == 2 and line.startswith(
+        f"error: {folder}/steps/paper.orca_compare/result.json's sweep did not run on the simulator (refused: ")
+    assert "chunk=-64 is invalid: must be > 0" in line and line.endswith("; nothing was written")
+    assert not list(tmp_path.rglob("*.floor_claims.csv"))
+
+
 @pytest.mark.parametrize("holds, says", [("yes", "so our shortfall is our engine's"),
                                          ("no", "is 'no' at the floors too, so the device explains it")])
 def test_a_schedule_claim_is_the_engine_s_where_the_floors_allow_it(tmp_path, holds, says):

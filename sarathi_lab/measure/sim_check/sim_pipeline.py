@@ -18,6 +18,7 @@ from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.measure.bench.args import bench_parser, positive_int
+from sarathi_lab.measure.bench.trace import requests_refused
 from sarathi_lab.measure.sim_check.pipeline_setup import FLIPS, PipelineSetup
 from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.cost_model import CostModel
@@ -290,6 +291,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     out = args.out or (Path("sim_pipeline_smoke") if args.smoke else REPO_ROOT / "docs" / "sim")
     setup = PipelineSetup(requests=args.requests or (300 if args.smoke else 10_000))
+    if refused := requests_refused(setup.requests):  # lengths only: no token lists
+        parser.error(refused)
     outputs = output_files.Outputs(out, dict.fromkeys(FILES, provenance.Provenance(
         "simulated A100 (pipeline)", f"{setup.requests} requests",
         writer="python -m sarathi_lab.measure sim_pipeline")), given=f"--out={out}",
