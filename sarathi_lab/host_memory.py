@@ -102,3 +102,13 @@ def total() -> int:
     if soft != resource.RLIM_INFINITY:
         sizes.append(soft)
     return min(sizes)
+
+
+def beyond(need_bytes: int) -> str | None:
+    """Why ``need_bytes`` cannot be held here, for a refusal ('more than the ... available'), or
+    None where it fits."""
+    have = available()
+    if need_bytes <= have.bytes:
+        return None
+    return (f"about {need_bytes / 2**30:,.1f} GiB, more than the {have.bytes / 2**30:,.1f} GiB "
+            f"available ({have.bound_by})")

@@ -15,6 +15,9 @@ first in ``<root>-<cost model>``.
 """
 from __future__ import annotations
 
+import shlex
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -29,7 +32,9 @@ from sarathi_lab.config import ConfigError
 from sarathi_lab.env_flags import EnvFlagError
 from sarathi_lab.harness import CONF_DIR, REPO_ROOT
 from sarathi_lab.harness.budget import cpu_ceilings_dtype
+from sarathi_lab.harness.cli_check import check_command_line
 from sarathi_lab.harness.compose import compose_config, run_as_command
+from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
 from sarathi_lab.harness.results import SWEEP_SUMMARY
 from sarathi_lab.harness.schema import parse_config
 from sarathi_lab.measure.profiling import cpu_ceilings
@@ -38,6 +43,7 @@ SCALES = ("full", "ci", "dry")
 # The cost models the published simulated claims are judged by besides the sim configs' own
 # (calibrated): each into <root>-<name> (docs/figures/claims.csv's "differs by cost model").
 OTHER_COST_MODELS = ("roofline",)
+REFUSED = 2  # sarathi_lab.run's exit status for a refused command line or config: nothing ran
 
 
 def _simulated_set_choices() -> list[str]:
@@ -98,8 +104,9 @@ def ensure_ceilings(names, scale: str, extra: list[str] = ()) -> None:
 
 
 def run_experiments(names, root: str | Path, scale: str = "full", extra: list[str] = (),
-                    sim: bool = False) -> list[str]:
-    """Returns the names of those with a failed job."""
+                    sim: bool = False, refused: list[str] | None = None) -> list[str]:
+    """Returns the names of those with a failed job, or refused (added to ``refused`` too: their
+    sweep ran nothing, so it wrote no summary)."""
     failed = []
     if sim and (real_only := [n for n in names if not registry.by_name(n).simulated]):
         print(f"not on the simulator: {', '.join(real_only)} "
@@ -107,10 +114,35 @@ def run_experiments(names, root: str | Path, scale: str = "full", extra: list[st
         names = [n for n in names if n not in real_only]
     if not sim:
         ensure_ceilings(names, scale, extra)
-    for name in names:
-        if run_as_command(sweep_args(name, root, scale, extra, sim)):
+    for i, name in enumerate(names):
+        args = sweep_args(name, root, scale, extra, sim)
+        try:
+            code = run_as_command(args)
+        except Interrupted as e:
+            e.stopped = (name, args, names[i + 1:], Path(root))  # for the resume note
+            raise
+        if code == REFUSED and refused is not None:
+            refused.append(name)
+        if code:
             failed.append(name)
     return failed
+
+
+def interrupted_note(e: Interrupted, scale: str, extra: list[str], sim: bool) -> str:
+    """What stopped and how to go on: the sweep's own resume command (the run printed it above)
+    and the experiments not started."""
+    name, args, rest, root = getattr(e, "stopped", (None, [], [], None))
+    if name is None:
+        return f"interrupted ({e}) before any sweep started"
+    sweep = next(a.partition("=")[2] for a in args if a.startswith("hydra.sweep.dir="))
+    note = (f"interrupted ({e}): {name}'s sweep in {sweep} stopped (a run under way there is "
+            "recorded as interrupted); the command above resumes it")
+    if rest:
+        options = [*rest, "--root", str(root), "--scale", scale,
+                   *(w for o in extra for w in ("-o", o)), *["--sim"] * sim]
+        note += (f"; not started: {', '.join(rest)} (python -m sarathi_lab.produce "
+                 f"{shlex.join(options)})")
+    return note
 
 
 def produce_missing(results: Results, scale: str = "ci", sim: bool = False) -> Results:
@@ -166,13 +198,28 @@ def main(argv: list[str] | None = None) -> None:
     if args.publish and args.sim:
         roots |= {root.with_name(f"{root.name}-{model}"): [f"engine.sim_cost_model={model}"]
                   for model in OTHER_COST_MODELS}
-    failed = []
-    for each, overrides in roots.items():
-        failed += run_experiments(args.names or known, each, args.scale,
-                                  [*args.override, *overrides], args.sim)
-    if failed:
-        raise SystemExit(f"failed jobs in: {', '.join(dict.fromkeys(failed))} "
-                         f"(see {SWEEP_SUMMARY} of each)")
+    names = args.names or known
+    # A bad override is refused here in one line, before any sweep (each would refuse it alike).
+    for name in names if args.override else ():
+        if problem := check_command_line(sweep_args(name, root, args.scale, args.override,
+                                                    args.sim)):
+            parser.error(f"-o {problem}")
+    failed, refused = [], []
+    try:
+        with signals_interrupt(signal.SIGINT, signal.SIGTERM):
+            for each, overrides in roots.items():
+                failed += run_experiments(names, each, args.scale, [*args.override, *overrides],
+                                          args.sim, refused)
+    except Interrupted as e:
+        print(interrupted_note(e, args.scale, args.override, args.sim), file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    refused = list(dict.fromkeys(refused))
+    said = [f"refused, nothing of them ran (each said why above): {', '.join(refused)}"] * bool(
+        refused)
+    if ran := [n for n in dict.fromkeys(failed) if n not in refused]:
+        said.append(f"failed jobs in: {', '.join(ran)} (see {SWEEP_SUMMARY} of each)")
+    if said:
+        raise SystemExit("; ".join(said))
     if args.publish:
         try:
             written = publish.publish(None if args.sim else root, list(roots) if args.sim else [],

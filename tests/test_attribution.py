@@ -68,18 +68,30 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def lease_record(folder: Path) -> dict:
+    """lease.json as gpu.collect writes it, for a lease in ``folder`` (<device>/<date>_<commit>)."""
+    return {"device": folder.parent.name, "machine": "NVIDIA H100 80GB HBM3", "lease": folder.name,
+            "commit": folder.name.split("_", 1)[1], "steps_done": ["env", "launch"], "steps_not_done": {},
+            "engine": "decode and mixed CUDA graphs", "profiles": []}
+
+
+def step_record(step: str, metrics: list[dict]) -> dict:
+    """A step's result.json as the suite writes it."""
+    return {"step": step, "status": "done", "started_at": 1.79e9, "seconds": 1.0, "metrics": metrics}
+
+
 def synthetic_lease(folder: Path, tune: bool = True) -> Path:
     """A lease of two launch iterations with tables that cover one of them, and one claim."""
     (folder / "steps" / "env").mkdir(parents=True)
     (folder / "steps" / "launch").mkdir(parents=True)
-    (folder / "lease.json").write_text(json.dumps({"device": "h100", "commit": "abc1234"}))
+    (folder / "lease.json").write_text(json.dumps(lease_record(folder)))
     (folder / "steps" / "env" / "env.json").write_text(json.dumps({"copy_gbps": 3000.0, "matmul_tflops": 800.0}))
     metrics = []
     for key, ms in (("c=256+b=17", 22.0), ("b=18", 15.0)):
         metrics += [{"metric": f"engine_ms[{key}]", "value": ms},
                     {"metric": f"engine_graph_tokens[{key}]", "value": 288 if "c=" in key else 18},
                     {"metric": f"engine_over_floor[{key}]", "value": 1.5, "target": "<= 1.25"}]
-    (folder / "steps" / "launch" / "result.json").write_text(json.dumps({"metrics": metrics}))
+    (folder / "steps" / "launch" / "result.json").write_text(json.dumps(step_record("launch", metrics)))
     if tune:
         _write_csv(folder / "steps" / "tune" / "tune_gemm.csv",
                    [{"projection": p, "key": "k" + ("+silu_mul" if p == "gate_up_proj" else ""), "m": m,
@@ -97,7 +109,7 @@ def synthetic_lease(folder: Path, tune: bool = True) -> Path:
 
 
 def test_attribution_of_a_synthetic_lease_sums_to_the_time_over_the_floor(tmp_path):
-    found, _, _ = attribute.rows(synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234"))
+    found, _, _ = attribute.rows(synthetic_lease(tmp_path / "h100" / "2026-11-01_abc1234"))
     hybrid, decode = (r for r in found if r["kind"] == "iteration")
     assert (hybrid["tokens"], hybrid["graph_tokens"]) == (273, 288)
     for row in (hybrid, decode):
@@ -114,7 +126,7 @@ def test_attribution_of_a_synthetic_lease_sums_to_the_time_over_the_floor(tmp_pa
 @pytest.mark.parametrize("ours, says", [("1.7x-6.4x", "so the shortfall at the top is our engine"),
                                         ("2.2x-440.3x", "ours' top lies above the floors'")])
 def test_the_decode_gain_is_set_beside_the_device_s_floors(tmp_path, ours, says):
-    folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234")
+    folder = synthetic_lease(tmp_path / "h100" / "2026-11-01_abc1234")
     _write_csv(folder / "claims.csv", [{"experiment": "decode_speedup", "claim": "gain", "holds": "partly",
                                         "paper": "2.8x-10x (13B/A6000, chunk 256)",
                                         "ours": f"tile-aligned: {ours} over batch sizes 2, 18 and lengths 1024"}])
@@ -125,9 +137,9 @@ def test_the_decode_gain_is_set_beside_the_device_s_floors(tmp_path, ours, says)
 
 
 def test_a_lease_without_tune_says_its_gemm_part_is_missing_and_the_cli_writes_both_files(tmp_path, capsys):
-    folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234", tune=False)
+    folder = synthetic_lease(tmp_path / "h100" / "2026-11-01_abc1234", tune=False)
     assert attribute.main([str(folder)]) == 0
-    table, page = (tmp_path / "h100" / f"2026-12-01_abc1234.attribution{s}" for s in (".csv", ".md"))
+    table, page = (tmp_path / "h100" / f"2026-11-01_abc1234.attribution{s}" for s in (".csv", ".md"))
     with open(table, newline="") as f:
         rows = list(csv.DictReader(f))
     assert all(r["gemm_efficiency_ms"] == "" for r in rows if r["kind"] == "iteration")
@@ -137,13 +149,13 @@ def test_a_lease_without_tune_says_its_gemm_part_is_missing_and_the_cli_writes_b
 
 
 def test_attribution_is_written_beside_the_lease_and_leaves_its_collected_files_as_they_were(tmp_path):
-    folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234")
+    folder = synthetic_lease(tmp_path / "h100" / "2026-11-01_abc1234")
     (folder / "provenance.json").write_text('{"*": {"source": "measured GPU"}}\n')
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     assert attribute.main([str(folder)]) == 0
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
     sidecar = json.loads((tmp_path / "h100" / "provenance.json").read_text())
-    assert sidecar["2026-12-01_abc1234.attribution.md"]["lease"] == "2026-12-01_abc1234"
+    assert sidecar["2026-11-01_abc1234.attribution.md"]["lease"] == "2026-11-01_abc1234"
     # What another writer left there is replaced only when asked.
     (tmp_path / "h100" / "provenance.json").unlink()
     with pytest.raises(SystemExit):
@@ -152,14 +164,14 @@ def test_attribution_is_written_beside_the_lease_and_leaves_its_collected_files_
 
 
 def test_a_lease_folder_with_an_unreadable_launch_result_is_refused_in_one_line(tmp_path):
-    folder = synthetic_lease(tmp_path / "h100" / "2026-12-01_abc1234")
+    folder = synthetic_lease(tmp_path / "h100" / "2026-11-01_abc1234")
     (folder / "steps" / "launch" / "result.json").write_text("[1, 2")
     with pytest.raises(ValueError, match=r"steps/launch/result.json is invalid"):
         attribute.load(folder)
 
 
 def test_a_lease_that_ran_no_launch_step_still_attributes_its_claims(tmp_path):
-    folder = synthetic_lease(tmp_path / "h200" / "2026-12-01_abc1234")
+    folder = synthetic_lease(tmp_path / "h200" / "2026-11-01_abc1234")
     (folder / "steps" / "launch" / "result.json").unlink()
     (folder / "steps" / "launch").rmdir()
     found, t, lease = attribute.rows(folder)
@@ -224,10 +236,10 @@ def test_device_beside_writes_its_page_with_every_device_and_the_measured_ceilin
 
 
 def test_a_lease_whose_launch_step_timed_no_engine_iteration_says_so_rather_than_an_empty_table(tmp_path):
-    folder = synthetic_lease(tmp_path / "h200" / "2026-12-01_abc1234")
+    folder = synthetic_lease(tmp_path / "h200" / "2026-11-01_abc1234")
     launch = folder / "steps" / "launch" / "result.json"
     # An older suite's launch step: graph and eager times of decodes, no engine_ms[...].
-    launch.write_text(json.dumps({"metrics": [{"metric": "graph_ms[b=1]", "value": 8.8}]}))
+    launch.write_text(json.dumps(step_record("launch", [{"metric": "graph_ms[b=1]", "value": 8.8}])))
     found, t, lease = attribute.rows(folder)
     assert not [r for r in found if r["kind"] == "iteration"]
     text = attribute.markdown(found, t, lease)

@@ -311,7 +311,11 @@ def test_a_json_table_names_the_device_it_was_measured_on(monkeypatch, tmp_path)
     from sarathi_lab.measure.bench.case import write_table
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    write_table(pd.DataFrame([{"x": 1}]), str(tmp_path / "t.json"), device="cuda")
+    from sarathi_lab.output_files import Outputs
+    from sarathi_lab.provenance import Provenance
+
+    write_table(pd.DataFrame([{"x": 1}]), Outputs(tmp_path, {"t.json": Provenance("measured GPU: x")}),
+                device="cuda")
     record = json.loads((tmp_path / "t.json").read_text())
     assert record["machine"]["device"] == "NVIDIA H100 80GB HBM3" and record["rows"] == [{"x": 1}]
 
@@ -382,10 +386,10 @@ def test_the_committed_fidelity_tables_are_what_todays_cost_models_give(tmp_path
 
     docs = sim_fidelity.DOCS
     errors = fidelity.errors(fidelity.run()[1])
-    sim_fidelity._write_csvs(tmp_path, {"errors": errors})
-    sim_fidelity.graph_replays(tmp_path, lambda *_: None)
+    replays = sim_fidelity.graph_replays(lambda *_: None, sim_fidelity.launch_results())
+    texts = sim_fidelity.csv_texts({"errors": errors} | replays)
     for name in ("errors", "graph_replay"):
-        rerun = (tmp_path / f"fidelity_{name}.csv").read_text()
+        rerun = texts[f"fidelity_{name}.csv"]
         assert rerun == (docs / f"fidelity_{name}.csv").read_text(), (
             f"docs/sim/fidelity_{name}.csv is stale: python -m sarathi_lab.measure sim_fidelity "
             "--out docs/sim --force")

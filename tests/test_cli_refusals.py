@@ -44,6 +44,21 @@ CASES = {
                                      "--restore", "{not_tar}"],
                                     "suite.tar.gz is invalid"),
     "measure sim_pipeline: bad count": (["sarathi_lab.measure", "sim_pipeline", "--requests", "0"], "--requests"),
+    # Checked against memory before the trace is drawn (it died allocating 7.45 GiB).
+    "measure sim_speed: more requests than memory holds": (
+        ["sarathi_lab.measure", "sim_speed", "--requests", "1000000000"],
+        "--requests=1000000000 is invalid here: its trace and the simulator's records need about"),
+    # Hydra's own config errors at the edge (a MissingConfigException traceback).
+    "run: a launcher mistyped beside a bad value": (
+        ["sarathi_lab.run", "-m", "hydra/launcher=submitit_locl", "chunk=-1"],
+        "hydra/launcher='submitit_locl' is invalid: allowed values are basic, submitit_local,"),
+    "run: a simulator knob on the real engine": (
+        ["sarathi_lab.run", "engine.sim_pp=2"],
+        "engine.sim_pp=2 is invalid: engine.sim_pp is a simulator setting: add executor=sim"),
+    # Refused before any sweep (it pointed to a sweep_summary.json never written).
+    "produce: an unknown override": (
+        ["sarathi_lab.produce", "pd_ratio", "--scale", "ci", "--root", "{tmp}/outputs", "-o", "bogus.key=1"],
+        "error: -o bogus.key=1 is invalid: bogus.key is not a known key"),
     "measure sim_pipeline: out under a file": (["sarathi_lab.measure.sim_check.sim_pipeline", "--smoke",
                                                "--out", "{file}/x"],
                                              "a_file"),
@@ -54,7 +69,9 @@ CASES = {
 def test_a_refused_command_line_is_one_line_and_exit_2(case, tmp_path):
     args, named = CASES[case]
     paths = {k: str(v) for k, v in _files(tmp_path).items()} | {"tmp": str(tmp_path)}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {"XDG_CACHE_HOME": str(tmp_path)}
+    # This checkout's package, not the one installed (the run starts in tmp_path).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")} | {"XDG_CACHE_HOME": str(tmp_path),
+                                                                             "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", *(a.format(**paths) for a in args)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2, done.stdout[-1000:] + done.stderr[-2000:]

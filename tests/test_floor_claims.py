@@ -85,8 +85,9 @@ def test_the_floor_has_no_tile_step_where_the_roofline_has_one():
 
 
 def _lease(tmp_path: Path, notes: list[str], holds: str = "no") -> Path:
-    folder = synthetic_lease(tmp_path / "h200" / "2026-12-01_abc1234")
-    (folder / "lease.json").write_bytes((KEPT / "lease.json").read_bytes())
+    folder = synthetic_lease(tmp_path / "h200" / "2026-11-01_abc1234")
+    kept = json.loads((KEPT / "lease.json").read_text())
+    (folder / "lease.json").write_text(json.dumps(kept | {"lease": folder.name, "commit": "abc1234"}))
     _write_csv(folder / "claims.csv", [{"experiment": "orca_compare", "claim": CLAIM,
                                         "ours": "length 256: SARATHI 0.90x", "holds": holds}])
     step = folder / "steps" / "paper.orca_compare"
@@ -128,12 +129,25 @@ def test_floor_claims_rerun_the_lease_s_sweep_beside_it_and_attribute_reads_them
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     assert floor_claims.main([str(folder)]) == 0
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
-    with open(tmp_path / "h200" / "2026-12-01_abc1234.floor_claims.csv", newline="") as f:
+    with open(tmp_path / "h200" / "2026-11-01_abc1234.floor_claims.csv", newline="") as f:
         (row,) = [r for r in csv.DictReader(f) if r.get("experiment") == "orca_compare"]
     assert row["floors"].startswith("length 256: SARATHI ") and row["cost_model"] == "floor"
     assert "wrote" in capsys.readouterr().out
     claim = next(r for r in attribute.rows(folder)[0] if r.get("experiment") == "orca_compare")
     assert claim["why"].startswith("at the H200's sequential floors (the lease's sweep on the simulator's")
+
+
+@pytest.mark.e2e
+def test_a_lease_s_sweep_the_simulator_refuses_is_one_line_naming_it(tmp_path, capsys):
+    # It raised RuntimeError naming a temporary folder already deleted.
+    folder = _lease(tmp_path, [SWEEP.replace("chunk=64", "chunk=-64")])
+    with pytest.raises(SystemExit) as e:
+        floor_claims.main([str(folder)])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert e.value.code == 2 and line.startswith(
+        f"error: {folder}/steps/paper.orca_compare/result.json's sweep did not run on the simulator (refused: ")
+    assert "chunk=-64 is invalid: must be > 0" in line and line.endswith("; nothing was written")
+    assert not list(tmp_path.rglob("*.floor_claims.csv"))
 
 
 @pytest.mark.parametrize("holds, says", [("yes", "so our shortfall is our engine's"),

@@ -22,8 +22,8 @@ WING = "measure"  # its folders are nodes of their own
 # (sarathi_lab/measure/, a node for each of its folders) sits above the analysis, whose records it
 # writes and whose registry plans the GPU suite; ``measure`` is its runner, listing them all.
 LAYERS = (
-    ("executors", "config", "refusal", "cli_args", "provenance", "code_commit", "tuned_kernels", "env_flags",
-     "host_memory", "host_features", "host_load"),
+    ("executors", "config", "refusal", "cli_args", "provenance", "output_files", "code_commit", "tuned_kernels",
+     "env_flags", "host_memory", "host_features", "host_load"),
     ("engine",),
     ("model", "attention", "sarathi_kernels"),
     ("sim",),

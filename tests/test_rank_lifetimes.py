@@ -77,6 +77,30 @@ def test_a_rank_that_dies_while_the_ranks_join_ends_the_start_with_a_line_naming
         driver.close()
 
 
+def test_a_rank_that_dies_while_the_engine_is_built_ends_the_start_within_10_s(monkeypatch):
+    # The driver built its own part to the end (an import, its weights) before a collective failed.
+    from sarathi_lab import LLM
+
+    real, killed = driver.build_rank, []
+
+    def slow_build(spec, group, groups):
+        group.processes[0].kill()  # rank 1 cannot build its part
+        killed.append(time.monotonic())
+        time.sleep(60)  # the driver's own part: a long build in Python
+        return real(spec, group, groups)
+
+    monkeypatch.setattr(driver, "build_rank", slow_build)
+    named = (r"^tensor_parallel=2: rank 1 \(exit code -9: killed by SIGKILL\) died while the engine was built, so "
+             r"the run stops")
+    try:
+        with pytest.raises(RuntimeError, match=named) as e:
+            LLM("tiny", tensor_parallel=2, device="cpu", dtype="float32", num_threads=1, warmup_iters=0)
+        assert time.monotonic() - killed[0] < 10 and "\n" not in str(e.value)
+        assert driver._ranks is None
+    finally:
+        driver.close()
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():

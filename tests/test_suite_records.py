@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sarathi_lab import output_files
 from sarathi_lab.analysis import gpu_claims, gpu_records
 from sarathi_lab.measure.gpu import __main__ as suite
 from sarathi_lab.measure.gpu import archive_members, collect, queue, state
@@ -151,7 +152,7 @@ def test_collect_writes_a_lease_all_or_nothing(tmp_path, monkeypatch):
 
     def full_disk_at(n):
         def fake(path, flags, *args):
-            if flags & os.O_WRONLY and ".collecting-" in str(path):
+            if flags & os.O_WRONLY and ".writing-" in str(path):
                 opened.append(path)
                 if len(opened) == n:
                     raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -160,11 +161,11 @@ def test_collect_writes_a_lease_all_or_nothing(tmp_path, monkeypatch):
 
     for n in range(1, 7):  # the step result, env.json, summary.json, lease.json, its provenance, leases.md
         opened.clear()
-        monkeypatch.setattr(collect.os, "open", full_disk_at(n))
+        monkeypatch.setattr(output_files.os, "open", full_disk_at(n))
         line = _one_line_or_none(lambda: collect.main([str(archive), "--root", str(root)]))
         assert "No space left on device" in line
         assert _snapshot(root) == before, n  # was: the lease written, leases.md not updated
-    monkeypatch.setattr(collect.os, "open", real_open)
+    monkeypatch.setattr(output_files.os, "open", real_open)
     collect.collect(archive, root)
     assert "2026-09-21_abc1234" in (root / "docs" / "gpu" / "leases.md").read_text().split("h100 |")[-1]
 

@@ -9,16 +9,18 @@ says why."""
 from __future__ import annotations
 
 import csv
-import json
+import io
+import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sarathi_lab import cli_args, provenance
-from sarathi_lab.analysis import gpu_records
+from sarathi_lab import cli_args, output_files, provenance
+from sarathi_lab.analysis import gpu_records, gpu_tables
 from sarathi_lab.analysis import library_floor as lib
 from sarathi_lab.analysis.claim_attribution import claim_rows
+from sarathi_lab.analysis.gpu_records import prose
 from sarathi_lab.analysis.launch_grid import SHAPES
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.model import load_config
@@ -38,7 +40,7 @@ HOST = "host: not in the lease (the launch step keeps one time per iteration)"
 class Lease:
     folder: Path
     device: str
-    launch: dict[str, dict]
+    launch: dict[str, gpu_records.Metric]
     env: dict
     engine: str = ""
     # (experiment, claim) -> the lease's own sweep judged at the device's floors (floor_claims.py)
@@ -48,45 +50,39 @@ class Lease:
         return self.folder / "steps" / step / name
 
 
-def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is invalid: {type(e).__name__}; "
-                         "attribution needs it as a JSON object") from None
-    if not isinstance(data, dict):
-        raise TypeError(f"{path} is invalid: a {type(data).__name__}, not a JSON object")
-    return data
-
-
 def load(folder: Path) -> Lease:
-    """A lease's launch and env results; a ValueError naming a missing or unreadable file. A lease
-    that ran no launch step has no iteration to attribute, but its claims still have one."""
-    folder = Path(folder)
-    record = _json(folder / "lease.json")
-    def metrics(step: str) -> dict[str, dict]:
-        return {m["metric"]: m for m in _json(folder / "steps" / step / "result.json").get(
-            "metrics", []) if isinstance(m, dict) and "metric" in m}
+    """A lease's record, env and launch results through the suite's one reader: a RecordError
+    naming the file and the field. A lease that ran no launch step has no iteration to attribute,
+    but its claims still have one."""
+    folder = Path(folder).resolve()
+    where = folder / gpu_records.LEASE_FILE
+    record = gpu_records.read(where, gpu_records.lease)
+    if record["lease"] != folder.name:
+        raise gpu_records.invalid(str(where), "lease", record["lease"],
+                                  f"its folder's name {folder.name!r}")
+    launch = {}
+    if os.path.lexists(folder / "steps" / "launch"):
+        path = folder / "steps" / "launch" / "result.json"
+        launch = gpu_records.checked_values(gpu_records.read(path, gpu_records.step_result),
+                                            str(path))
+    env = gpu_records.read_env(folder / "steps" / "env")
+    return Lease(folder, record["device"], launch, env, record["engine"], _floor_claims(folder))
 
-    launch = metrics("launch") if (folder / "steps" / "launch").is_dir() else {}
-    env = _json(folder / "steps" / "env" / "env.json")
-    if (folder / "steps" / "env" / "result.json").is_file():
-        env |= {name: m.get("value") for name, m in metrics("env").items()}
-    return Lease(folder, str(record.get("device") or folder.parent.name), launch, env,
-                 str(record.get("engine", "")), _floor_claims(folder))
+
+FLOOR_COLUMNS = {name: gpu_tables.TEXT for name in ("experiment", "claim", "floors", "holds")}
 
 
 def _floor_claims(folder: Path) -> dict[tuple[str, str], dict]:
-    try:
-        with open(gpu_records.beside(folder, gpu_records.FLOOR_CLAIMS), newline="") as f:
-            return {(r["experiment"], r["claim"]): r for r in csv.DictReader(f)}
-    except (OSError, KeyError, csv.Error):
+    path = gpu_records.beside(folder, gpu_records.FLOOR_CLAIMS)
+    if not os.path.lexists(path):
         return {}
+    return {(r["experiment"], r["claim"]): r for r in gpu_tables.read_table(path, FLOOR_COLUMNS)}
 
 
 def _value(lease: Lease, metric: str) -> float | None:
-    value = lease.launch.get(metric, {}).get("value")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """Checked by the reader: a finite time, a token count, or None (not measured)."""
+    found = lease.launch.get(metric)
+    return None if found is None or found.value is None else float(found.value)
 
 
 def kinds(lease: Lease) -> list[tuple[str, int, int, int, str]]:
@@ -118,9 +114,9 @@ def tables(lease: Lease) -> Tables:
     gbps, which = memory_ceiling(lease.env)
     tune = lease.table("tune", "tune_gemm.csv")
     attention = lease.table("attention", "attention.csv")
-    gemms = lib.gemm_curve(tune, model) if tune.is_file() else lib.GemmCurve({}, False)
-    table = (lib.attention_table(attention, shape.heads, shape.kv_heads) if attention.is_file()
-             else lib.AttentionTable({}, {}))
+    gemms = lib.gemm_curve(tune, model) if os.path.lexists(tune) else lib.GemmCurve({}, False)
+    table = (lib.attention_table(attention, shape.heads, shape.kv_heads)
+             if os.path.lexists(attention) else lib.AttentionTable({}, {}))
     shapes = kinds(lease)
     largest = max((c + b for _, c, b, _, _ in shapes if c), default=0)
     max_batch = max((b + (c > 0) for _, c, b, _, _ in shapes), default=1)
@@ -187,8 +183,9 @@ def targets(lease: Lease, key: str, physical: float, sequential: float,
     found = []
     for metric, base, name in (("engine_over_floor", physical, "physical"),
                                ("engine_over_sequential_floor", sequential, "sequential")):
-        target = str(lease.launch.get(f"{metric}[{key}]", {}).get("target") or "")
-        if not (m := re.match(r"<=\s*([0-9.]+)$", target)):
+        recorded = lease.launch.get(f"{metric}[{key}]")
+        target = recorded.target if recorded is not None else ""
+        if not (m := re.match(r"<=\s*(\d+(?:\.\d+)?)$", target)):
             continue
         limit = float(m[1])
         if name == "physical" and sequential / base > limit:
@@ -240,7 +237,8 @@ def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
     notes = ["", ("n/a: not computable from the lease's files (csv's note says why); host: the "
                   "launch step keeps one time per iteration, so host work is in unattributed."), "",
              "Targets a floor puts out of reach:", ""]
-    notes += [f"- {r['name']}: {r['targets']}" for r in iterations if r["targets"]] or ["- none"]
+    notes += [f"- {r['name']}: {prose(r['targets'])}" for r in iterations
+              if r["targets"]] or ["- none"]
     if not iterations:
         # A table of headers alone would read as a lease whose iterations all vanished.
         lines[-2:], notes = [("No iteration attributed: this lease's launch step timed none "
@@ -248,7 +246,8 @@ def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
                               "them, or the lease ran no launch step).")], []
     lines += notes
     lines += ["", "## The paper's claims: the device's part and the engine's", ""]
-    lines += [f"- {r['experiment']}, {r['claim']}: {r['why']}" for r in found
+    # A claim's text is the lease's: as plain text, never a tag or a link.
+    lines += [f"- {prose(r['experiment'])}, {prose(r['claim'])}: {prose(r['why'])}" for r in found
               if r["kind"] == "claim"] or ["- none"]
     lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims "
                    "on the A6000 and the H100): "
@@ -257,23 +256,23 @@ def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
     return "\n".join(lines)
 
 
-def planned(folder: Path) -> dict[Path, provenance.Provenance]:
+def outputs(folder: Path, force: bool = False) -> output_files.Outputs:
     """Derived from the lease's measurements, not measured: beside its folder, never in it."""
-    derived = provenance.Provenance("computed from measured GPU", lease=Path(folder).name,
+    derived = provenance.Provenance("computed from measured GPU", lease=Path(folder).resolve().name,
                                     writer="python -m sarathi_lab.analysis.attribute")
-    names = (gpu_records.ATTRIBUTION_TABLE, gpu_records.ATTRIBUTION_PAGE)
-    return {gpu_records.beside(Path(folder), name): derived for name in names}
+    return gpu_records.derived_outputs(folder, (gpu_records.ATTRIBUTION_TABLE,
+                                                gpu_records.ATTRIBUTION_PAGE), derived, force)
 
 
-def write(folder: Path, found: list[dict], t: Tables, lease: Lease) -> list[Path]:
-    table, page = planned(folder)
-    with open(table, "w", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS)
-        writer.writeheader()
-        writer.writerows({c: _shown(r.get(c)) for c in COLUMNS} for r in found)
-    page.write_text(markdown(found, t, lease))
-    provenance.record(planned(folder))
-    return [table, page]
+def write(out: output_files.Outputs, found: list[dict], t: Tables, lease: Lease) -> list[Path]:
+    table_name, page_name = out.names
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, COLUMNS)
+    writer.writeheader()
+    writer.writerows({c: _shown(r.get(c)) for c in COLUMNS} for r in found)
+    out.add(table_name, table.getvalue())
+    out.add(page_name, markdown(found, t, lease))
+    return out.write()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,12 +283,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="replace files beside the lease that another writer wrote")
     args = parser.parse_args(argv)
     try:
+        out = outputs(args.lease, args.force)
+        out.check()
         found, t, lease = rows(args.lease)
-    except (ValueError, TypeError) as e:
+        written = write(out, found, t, lease)
+    except ValueError as e:
         parser.error(str(e))
-    provenance.check_or_refuse(parser, planned(args.lease), args.force, "--force replaces them")
-    written = write(args.lease, found, t, lease)
-    sys.stdout.write(written[1].read_text())
+    sys.stdout.write(out.staged[written[1].name].decode())
     print("\nwrote " + ", ".join(map(str, written)))
     return 0
 

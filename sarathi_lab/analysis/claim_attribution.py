@@ -3,15 +3,17 @@
 part our engine does."""
 from __future__ import annotations
 
-import csv
+import os
 import re
 
+from sarathi_lab.analysis import gpu_records
 from sarathi_lab.model.floors import floor
 
 # What a lease's claims.csv says of a claim, read back to attribute it.
-PREFILL = re.compile(r"chunk (\d+): ([0-9.]+)x prefill")
+NUMBER = r"\d+(?:\.\d+)?"
+PREFILL = re.compile(rf"chunk (\d+): ({NUMBER})x prefill")
 LENGTH = re.compile(r"at length (\d+)")
-RANGE = re.compile(r"([0-9.]+)x-([0-9.]+)x")
+RANGE = re.compile(rf"({NUMBER})x-({NUMBER})x")
 SWEEP = re.compile(r"batch sizes ([0-9, ]+?) and lengths ([0-9, ]+)")
 # Each kernel at the data-sheet peaks, no tiles or host time (docs/gpu/README.md).
 FLOORS = "the lease's sweep on the simulator's `floor` cost model"
@@ -20,11 +22,10 @@ NO_FLOORS = ("not attributed (no floor claims beside the lease: python -m "
 
 
 def _claims(lease) -> list[dict]:
-    path = lease.folder / "claims.csv"
-    if not path.is_file():
+    path = lease.folder / gpu_records.CLAIMS
+    if not os.path.lexists(path):
         return []
-    with open(path, newline="") as f:
-        return [r for r in csv.DictReader(f) if r.get("holds", "").strip() != "yes"]
+    return [r for r in gpu_records.read_claims(path) if r.get("holds", "").strip() != "yes"]
 
 
 def _claim_row(row: dict, hardware: str, engine: str, why: str, note: str = "") -> dict:

@@ -1,12 +1,12 @@
 """The claims as each GPU measured them, newest per device, older as history (RESULTS.md)."""
 from __future__ import annotations
 
-import csv
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sarathi_lab.analysis import gpu_records, gpu_rejudge, registry
+from sarathi_lab.analysis import gpu_records, gpu_rejudge, gpu_tables, registry
 from sarathi_lab.analysis.gpu_records import Summary, cell
 from sarathi_lab.analysis.verdict import WORDS, words_markdown
 
@@ -96,14 +96,21 @@ def _unrepeated(holds: str, seeds: str) -> str:
             else holds)
 
 
+WHY_COLUMNS = {name: gpu_tables.TEXT for name in ("kind", "experiment", "claim", "why")}
+
+
 def _whys(folder: Path) -> dict[tuple[str, str], str] | None:
-    """(experiment, claim) -> why from the lease's attribution table; None without one."""
-    try:
-        with open(gpu_records.beside(folder, gpu_records.ATTRIBUTION_TABLE), newline="") as f:
-            return {(r.get("experiment", ""), r.get("claim", "")): r.get("why", "")
-                    for r in csv.DictReader(f) if r.get("kind") == "claim"}
-    except (OSError, ValueError, csv.Error):
+    """(experiment, claim) -> why from the lease's attribution table; None without one, or with a
+    damaged one (warned)."""
+    path = gpu_records.beside(folder, gpu_records.ATTRIBUTION_TABLE)
+    if not os.path.lexists(path):
         return None
+    try:
+        rows = gpu_tables.read_table(path, WHY_COLUMNS)
+    except gpu_records.RecordError as e:
+        gpu_records.warn(f"{e}; its whys are skipped")
+        return None
+    return {(r["experiment"], r["claim"]): r["why"] for r in rows if r["kind"] == "claim"}
 
 
 def _why(whys: dict | None, row: dict, recorded: str = "") -> str:

@@ -15,8 +15,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from sarathi_lab.output_files import COLLECTED, Outputs
+from sarathi_lab.provenance import Provenance
+
 # The suite's files in its out directory, archive and kept lease folders.
-SUMMARY, LEASE_FILE, CLAIMS = "summary.json", "lease.json", "claims.csv"
+SUMMARY, LEASE_FILE, CLAIMS = "summary.json", COLLECTED, "claims.csv"
 # What is derived from a lease, not collected, sits beside its folder, which stays as collected:
 # <device>/<lease>.<name>: the attribution's table and page, the lease's sweeps at the floors.
 ATTRIBUTION_TABLE, ATTRIBUTION_PAGE = "attribution.csv", "attribution.md"
@@ -38,6 +41,16 @@ CLOCK_SKEW_S = 3600.0
 
 def beside(folder: Path, name: str) -> Path:
     return folder.parent / f"{folder.name}.{name}"
+
+
+def derived_outputs(folder: Path, names: tuple[str, ...], made: Provenance,
+                    force: bool) -> Outputs:
+    """What is derived from the lease in ``folder`` (a link or '.' resolved): beside its folder,
+    never in it."""
+    folder = Path(folder).resolve()
+    return Outputs(folder.parent, {beside(folder, name).name: made for name in names},
+                   given=f"the lease {folder}", force=force,
+                   how="--force replaces them")
 
 
 class RecordError(ValueError):
@@ -259,6 +272,70 @@ def read_claims(path: Path) -> list[dict[str, str]]:
     return claims(read_bytes(path), str(path))
 
 
+def _is_rate(value: Any) -> bool:
+    return is_number(value) and value > 0
+
+
+# The env step's rates (env.json, and its result.json's metrics of the same names): what the
+# floors divide by, so finite and above zero. A memory ceiling is the read rate, else the copy rate.
+RATES = {"matmul_tflops": "a rate in TFLOP/s: a finite number > 0",
+         "read_gbps": "a rate in GB/s: a finite number > 0",
+         "copy_gbps": "a rate in GB/s: a finite number > 0"}
+MEMORY_RATES = ("read_gbps", "copy_gbps")
+ENV_FILE = "env.json"
+
+
+def env(data: Any, where: str) -> dict[str, Any]:
+    """env.json (steps/env.py's record): every rate it holds checked; other keys kept."""
+    if not isinstance(data, dict):
+        raise invalid(where, "its content", data, "a mapping (the env step's record)")
+    for key, allowed in RATES.items():
+        _get(data, where, "", key, _is_rate, allowed, None)
+    return data
+
+
+def read_env(step_dir: Path) -> dict[str, Any]:
+    """The env step's rates: env.json's, then its result.json's metrics of the same names over
+    them; every rate checked in the file that holds it, matmul_tflops and a memory rate required."""
+    record = dict(read(step_dir / ENV_FILE, env))
+    where = str(step_dir / ENV_FILE)
+    result_path = step_dir / "result.json"
+    if os.path.lexists(result_path):
+        result = read(result_path, step_result)
+        for i, m in enumerate(result.metrics):
+            if m.metric in RATES:
+                if not _is_rate(m.value):
+                    raise invalid(str(result_path), f"metrics[{i}].value ({m.metric})", m.value,
+                                  RATES[m.metric])
+                record[m.metric] = m.value
+    if "matmul_tflops" not in record:
+        raise RecordError(f"{where} is invalid: matmul_tflops is missing (nor in its result.json's "
+                          f"metrics): must be {RATES['matmul_tflops']}")
+    if not any(key in record for key in MEMORY_RATES):
+        raise RecordError(f"{where} is invalid: read_gbps and copy_gbps are missing (nor in its "
+                          f"result.json's metrics): must hold one, {RATES['copy_gbps']}")
+    return record
+
+
+# A step's metrics a reader computes with, by name before '[': ms times are physical.
+_MS = (lambda v: _is_rate(v), "a time in ms: a finite number > 0")
+METRIC_VALUES = {"engine_ms": _MS, "eager_ms": _MS, "graph_ms": _MS, "floor_ms": _MS,
+                 "sequential_floor_ms": _MS,
+                 "engine_graph_tokens": (lambda v: isinstance(v, int) and not isinstance(v, bool)
+                                         and v >= 0, "a token count: an integer >= 0")}
+
+
+def checked_values(result: StepResult, where: str) -> dict[str, Metric]:
+    """A step's metrics by name, each METRIC_VALUES names checked (None: not measured)."""
+    found = {}
+    for i, m in enumerate(result.metrics):
+        check = METRIC_VALUES.get(m.metric.split("[", 1)[0])
+        if check is not None and m.value is not None and not check[0](m.value):
+            raise invalid(where, f"metrics[{i}].value ({m.metric})", m.value, check[1])
+        found[m.metric] = m
+    return found
+
+
 _warned: set[str] = set()
 
 
@@ -303,4 +380,15 @@ _AUTOLINK = re.compile(r"(?i)(://|www\.)")
 def cell(text: Any) -> str:
     """``text`` as plain text in one table cell."""
     flat = " ".join(str(text).split()).translate(_PLAIN)
+    return _AUTOLINK.sub(lambda m: m[1].replace("/", "&#47;").replace(".", "&#46;"), flat)
+
+
+# In a page's prose, what could start a tag, an entity or a link; '<=' and code spans stay.
+_ACTIVE = re.compile(r"<(?=[A-Za-z/!?])|&(?=#|\w+;)|[\\\[\]]")
+
+
+def prose(text: Any) -> str:
+    """``text`` of a lease (a claim, a device's name) as plain text on one line of a page."""
+    flat = _ACTIVE.sub(lambda m: {"<": "&lt;", "&": "&amp;"}.get(m[0], "\\" + m[0]),
+                       " ".join(str(text).split()))
     return _AUTOLINK.sub(lambda m: m[1].replace("/", "&#47;").replace(".", "&#46;"), flat)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from sarathi_lab.analysis import derive, paper
+from sarathi_lab.analysis import derive, gpu_records, paper
 from sarathi_lab.analysis.paper_results import (
     chunk_overhead,
     orca_compare,
@@ -190,10 +190,10 @@ def sweep_table(folder: Path, experiment: str) -> pd.DataFrame | None:
     """The sweep table a lease's step printed into its log, as a summary frame with the
     workload's keys its command set; None where the log has none or it cannot be read."""
     step = folder / "steps" / f"paper.{experiment}"
-    try:
-        lines = (step / "sweep.log").read_text().splitlines()
-        command = (step / "result.json").read_text()
-    except OSError:
+    try:  # the suite's reader: regular files under its cap, a FIFO never waited on
+        lines = gpu_records.read_bytes(step / "sweep.log").decode(errors="replace").splitlines()
+        command = gpu_records.read_bytes(step / "result.json").decode(errors="replace")
+    except gpu_records.RecordError:
         return None
     starts = [i for i, line in enumerate(lines) if line.rstrip().endswith(TABLE_START)]
     if not starts:

@@ -3,11 +3,12 @@ which targets no engine built from these kernels can reach; never extrapolated p
 """
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sarathi_lab.analysis.gpu_records import invalid
+from sarathi_lab.analysis.gpu_tables import COUNT, MS, TEXT, read_table
 from sarathi_lab.model.cuda_graphs import graph_sizes, token_buckets
 from sarathi_lab.model.shape import Shape
 
@@ -48,17 +49,20 @@ class GemmCurve:
         return f"{min(self.layer_ms):,}-{max(self.layer_ms):,} tokens"
 
 
+# tune_gemm.csv's columns read; a candidate that failed (its error said) has no time.
+GEMM_COLUMNS = {"model": TEXT, "candidate": TEXT, "error": TEXT, "projection": TEXT, "key": TEXT,
+                "m": COUNT, "ms": MS}
+
+
 def gemm_curve(tune_gemm: Path, model: str) -> GemmCurve:
     """The sum of the four projections at each token count where all four were timed."""
     by_m: dict[int, dict[str, float]] = {}
     with_activation = False
-    with open(tune_gemm, newline="") as f:
-        for row in csv.DictReader(f):
-            if row.get("model") != model or row.get("candidate") != "cublas" or row.get("error"):
-                continue
-            by_m.setdefault(int(row["m"]), {})[row["projection"]] = float(row["ms"])
-            with_activation |= (row["projection"] == "gate_up_proj"
-                                and row["key"].endswith(WITH_ACTIVATION))
+    for row in read_table(tune_gemm, GEMM_COLUMNS, rows_read=lambda r: (
+            r["model"] == model and r["candidate"] == "cublas" and not r["error"])):
+        by_m.setdefault(row["m"], {})[row["projection"]] = row["ms"]
+        with_activation |= (row["projection"] == "gate_up_proj"
+                            and row["key"].endswith(WITH_ACTIVATION))
     return GemmCurve({m: sum(p.values()) for m, p in by_m.items() if set(PROJECTIONS) <= p.keys()},
                      with_activation)
 
@@ -84,22 +88,29 @@ def _bilinear(grid: dict[tuple[int, int], float], x: int, y: int) -> float | Non
     return interpolate({k: v for k, v in rows.items() if v is not None}, x)
 
 
+# attention.csv's columns read; an empty time: that kernel failed or was not run on the shape.
+ATTENTION_COLUMNS = {"kind": TEXT, "heads": COUNT, "kv_heads": COUNT, "batch": COUNT,
+                     "query_len": COUNT, "context": COUNT, "engine_ms": MS, "best_peer_ms": MS}
+ATTENTION_UNMEASURED = frozenset({"engine_ms", "best_peer_ms"})
+
+
 def attention_table(attention_csv: Path, heads: int, kv_heads: int) -> AttentionTable:
     chunk: dict[str, dict] = {"engine": {}, "best_peer": {}}
     decode: dict[str, dict] = {"engine": {}, "best_peer": {}}
-    with open(attention_csv, newline="") as f:
-        for row in csv.DictReader(f):
-            if (int(row["heads"]), int(row["kv_heads"])) != (heads, kv_heads):
+    for row in read_table(attention_csv, ATTENTION_COLUMNS, ATTENTION_UNMEASURED):
+        if (row["heads"], row["kv_heads"]) != (heads, kv_heads):
+            continue
+        query, context, batch = row["query_len"], row["context"], row["batch"]
+        if context < query:
+            raise invalid(str(attention_csv), f"{row['kind']} at query_len {query}, context",
+                          context, f"a context of at least its query's {query} tokens")
+        for column in ("engine", "best_peer"):
+            if (value := row[f"{column}_ms"]) is None:
                 continue
-            query, context, batch = int(row["query_len"]), int(row["context"]), int(row["batch"])
-            for column in ("engine", "best_peer"):
-                value = row.get(f"{column}_ms") or ""
-                if not value or math.isnan(float(value)):
-                    continue
-                if row["kind"] == "chunk":
-                    chunk[column][(query, context - query)] = float(value)
-                elif row["kind"] == "decode":
-                    decode[column][(batch, context)] = float(value)
+            if row["kind"] == "chunk":
+                chunk[column][(query, context - query)] = value
+            elif row["kind"] == "decode":
+                decode[column][(batch, context)] = value
     return AttentionTable(chunk, decode)
 
 

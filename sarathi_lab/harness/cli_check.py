@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, Override
-from hydra.errors import HydraException
+from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
@@ -74,7 +74,27 @@ def check_command_line(args: list[str]) -> str | None:
         return problem
     if _other_configs(flags, overrides):
         return None
-    return _bad_choice_or_key(overrides)
+    try:
+        return _plugin_choice_problem(overrides) or _bad_choice_or_key(overrides)
+    except ConfigCompositionException as e:  # Hydra's own refusal, as one line
+        return _composition_refusal(e)
+
+
+def _plugin_choice_problem(overrides: list[tuple[str, Override]]) -> str | None:
+    """hydra/launcher=NAME and other groups of Hydra's plugins: composed alone, each is known."""
+    for _, override in overrides:
+        if override.key_or_group.startswith("hydra/") and not override.is_delete():
+            for value in _group_values(override) or []:
+                _compose_once((f"{override.key_or_group}={value}",))
+    return None
+
+
+def _composition_refusal(e: ConfigCompositionException) -> str:
+    missing = getattr(e, "missing_cfg_file", None) or ""
+    group, _, value = missing.rpartition("/")
+    if isinstance(e, MissingConfigException) and group and e.options:
+        return f"{group}={value!r} is invalid: allowed values are {', '.join(e.options)}"
+    return f"the command line is invalid: {' '.join(str(e).split())[:300]}"
 
 
 # The sweeper's options and what each allows: Hydra hands them over unchecked.
@@ -168,7 +188,19 @@ def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:
         from sarathi_lab.harness.schema import unknown_key
 
         return (_knob_owners(key) and _foreign_knob(arg, overrides, choices)) or \
-            str(unknown_key(key, arg.partition("=")[2], known))
+            _other_executor_key(arg, key) or str(unknown_key(key, arg.partition("=")[2], known))
+    return None
+
+
+def _other_executor_key(arg: str, key: str) -> str | None:
+    """engine.sim_pp without executor=sim: a key only another executor's config holds."""
+    from sarathi_lab.executors import executor_class
+
+    for path in sorted((CONF_DIR / "executor").glob("*.yaml")):
+        tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        if key in set(_dotted_keys(tree)):
+            noun = executor_class(path.stem).noun.removeprefix("the ")
+            return f"{arg} is invalid: {key} is a {noun} setting: add executor={path.stem}"
     return None
 
 
@@ -200,7 +232,8 @@ def added_knobs(args: list[str]) -> list[str]:
     that lack it (which ignore it, and say so) where a plain override stops at the first."""
     flags, _, overrides = _parse(tuple(args))
     knobs = {arg: o.key_or_group.removeprefix("scheduler.") for arg, o in overrides
-             if o.key_or_group.startswith("scheduler.") and not (o.is_add() or o.is_delete())
+             if o.key_or_group.startswith("scheduler.")
+             and not (o.is_add() or o.is_force_add() or o.is_delete())  # '+++' is no override
              and _knob_owners(o.key_or_group)}
     if not knobs or flags is None or not flags.multirun or _other_configs(flags, overrides):
         return args

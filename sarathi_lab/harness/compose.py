@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from sarathi_lab.harness import REPO_ROOT
 from sarathi_lab.harness.cli_check import compose_config
+from sarathi_lab.harness.interrupts import run_child
 from sarathi_lab.harness.results import Status, write_status
 from sarathi_lab.harness.runner import RunContext, record_failure, run_experiment
 from sarathi_lab.harness.schema import parse_config
@@ -36,10 +37,11 @@ def run_in_process(overrides: list[str], output_dir: Path, group: str | None = N
     return status
 
 
-def run_as_command(args: list[str], quiet: bool = False) -> int:
+def run_as_command(args: list[str], quiet: bool = False, stderr=None) -> int:
     """`python -m sarathi_lab.run *args`'s exit status; it imports the same sarathi_lab as this
-    process, wherever that was imported from."""
+    process, wherever that was imported from. A signal to this process (interrupts.py) ends the
+    run and every process it started, the run recording itself as interrupted."""
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "sarathi_lab.run", *args], check=False,
-                          env=os.environ | {"PYTHONPATH": path},
-                          stdout=subprocess.DEVNULL if quiet else None).returncode
+    return run_child([sys.executable, "-m", "sarathi_lab.run", *args],
+                     env=os.environ | {"PYTHONPATH": path},
+                     stdout=subprocess.DEVNULL if quiet else None, stderr=stderr)

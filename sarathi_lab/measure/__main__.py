@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import signal
 import sys
 import textwrap
 from pathlib import Path
 
+from sarathi_lab import output_files
+from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
 from sarathi_lab.harness.tasks import task_names
 from sarathi_lab.measure import bench, sim_check, tasks
 from sarathi_lab.measure.bench.case import ALL, NAMES, named
@@ -54,14 +57,36 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join([*NAMES, 'all', *sim_check.CHECKS])} "
               "(python -m sarathi_lab.measure lists them)", file=sys.stderr)
         return 2
-    if name in sim_check.CHECKS:
-        importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
-    elif name != "all":
-        named(name).run(rest)
-    for each in ALL if name == "all" else ():
-        print(f"\n===== {each} =====", flush=True)
-        named(each).run(rest)
+    try:
+        with output_files.one_call(), signals_interrupt(signal.SIGINT, signal.SIGTERM):
+            if name in sim_check.CHECKS:
+                importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
+            elif name != "all":
+                named(name).run(rest)
+            for each in ALL if name == "all" else ():
+                print(f"\n===== {each} =====", flush=True)
+                named(each).run(own_out(rest, each))
+    except Interrupted as e:
+        # A measurement writes its tables at its end, all at once: nothing of this one is.
+        print(f"interrupted ({e}): {name} stopped and the processes it started with it; its "
+              "tables are not written; the same command starts it over", file=sys.stderr)
+        return e.exit_code
     return 0
+
+
+def own_out(argv: list[str], name: str) -> list[str]:
+    """``all --out t.csv``: each benchmark's table its own file, t.<name>.csv."""
+    found = []
+    for i, arg in enumerate(argv):
+        given = argv[i + 1] if arg == "--out" and i + 1 < len(argv) else (
+            arg.removeprefix("--out=") if arg.startswith("--out=") else None)
+        if given is not None:
+            path = Path(given)
+            found.append((i, str(path.with_name(f"{path.stem}.{name}{path.suffix}"))))
+    argv = list(argv)
+    for i, path in found:
+        argv[i + (argv[i] == "--out")] = path if argv[i] == "--out" else f"--out={path}"
+    return argv
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sarathi_lab import output_files, provenance
 from sarathi_lab.measure.bench.args import bench_parser, table_path, thread_count
 
 # Every case, by name, in the listing's order; a case is the CASE of the bench module so named.
@@ -65,7 +66,15 @@ class Case:
         from sarathi_lab import host_load
         from sarathi_lab.measure.profiling.machine import describe_machine
 
-        args = parse(self, parser(self), argv)
+        p = parser(self)
+        args = parse(self, p, argv)
+        out = None
+        if args.out:
+            out = table_outputs(self.name, args)
+            try:
+                out.check()
+            except output_files.OutputRefused as e:
+                p.error(str(e))
         args.load = host_load.snapshot()
         self.start(args)
         rows = []
@@ -78,8 +87,11 @@ class Case:
         print("\n".join([*head, *([f"\n## {report.title}"] if report.title else [])]))
         with pd.option_context("display.width", 200, "display.max_columns", 50):
             print(table.to_string(index=False, float_format=self.float_format.format))
-        if args.out:
-            write_table(table, args.out, report.extra, device)
+        if out is not None:
+            try:
+                write_table(table, out, report.extra, device)
+            except output_files.OutputRefused as e:
+                p.error(str(e))
         if report.tail:
             print("\n".join(report.tail))
         return table
@@ -128,6 +140,8 @@ def parser(case: Case) -> argparse.ArgumentParser:
                    "CPU (docs/benchmarks.md); the machine's line names it")
     p.add_argument("--out", type=table_path,
                    help="also write the table to this file (.csv or .json)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an --out file another benchmark, device or scale wrote")
     return p
 
 
@@ -189,18 +203,32 @@ def as_isa(case: Case, p: argparse.ArgumentParser, name: str, argv: list[str]) -
               os.environ | isa.KINDS[name].environment(name))
 
 
-def write_table(table, out: str, extra: dict | None = None, device: str = "cpu") -> None:
+def table_outputs(name: str, args: argparse.Namespace) -> output_files.Outputs:
+    """--out's file, of this benchmark at this device and scale: another's is replaced only with
+    --force."""
+    path = Path(args.out)
+    device = getattr(args, "device", "cpu")
+    made = provenance.Provenance(f"measured {'GPU' if device == 'cuda' else 'CPU'}: {name}",
+                                 "smoke" if args.smoke else "",
+                                 writer=f"python -m sarathi_lab.measure {name}")
+    return output_files.Outputs(path.parent, {path.name: made}, given=f"--out={args.out}",
+                                force=args.force, how="--force replaces it; --out FILE writes "
+                                "elsewhere")
+
+
+def write_table(table, out: output_files.Outputs, extra: dict | None = None,
+                device: str = "cpu") -> None:
     """``device``: the one the JSON's machine record names."""
     from sarathi_lab.measure.profiling.machine import machine_record
 
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".json":
-        path.write_text(json.dumps({"machine": machine_record(device), **(extra or {}),
-                                    "rows": table.to_dict(orient="records")}, indent=1,
-                                    default=str))
+    (name,) = out.names
+    if name.endswith(".json"):
+        out.add(name, json.dumps({"machine": machine_record(device), **(extra or {}),
+                                  "rows": table.to_dict(orient="records")}, indent=1,
+                                 default=str))
     else:
-        table.to_csv(path, index=False)
+        out.add(name, table.to_csv(index=False))
+    out.write()
 
 
 def named(name: str) -> Case:

@@ -7,17 +7,19 @@ the device. The prediction is the experiment's own task (``reread``) run on the 
 from __future__ import annotations
 
 import csv
-import json
+import io
 from pathlib import Path
 from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
-from sarathi_lab import LLM, cli_args, provenance
+from sarathi_lab import LLM, cli_args, output_files, provenance
+from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.paper import PREFILL_SLOWDOWN_BOUND as BOUNDS
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.measure.tasks import reread
+from sarathi_lab.model.floors import memory_ceiling
 from sarathi_lab.sim.device import load_device
 
 DEVICES = ("a6000", "a100", "h100", "h200")
@@ -38,11 +40,11 @@ def measured_ceilings(gpu_docs: Path, device: str) -> tuple[str, float, float] |
     """The newest lease whose env step measured both (memory: read rate, else copy)."""
     for env_json in sorted(gpu_docs.glob(f"{device}/*/steps/env/env.json"), reverse=True):
         try:
-            env = json.loads(env_json.read_text())
-            gbps = float(env.get("read_gbps") or env["copy_gbps"])
-            return env_json.parents[2].name, float(env["matmul_tflops"]), gbps
-        except (OSError, ValueError, KeyError, TypeError):
+            env = gpu_records.read_env(env_json.parent)
+        except gpu_records.RecordError as e:
+            gpu_records.warn(f"{e}; the lease is skipped")
             continue
+        return env_json.parents[2].name, float(env["matmul_tflops"]), memory_ceiling(env)[0]
     return None
 
 
@@ -134,20 +136,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="the leases' folders")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "sim",
                         help="where the page goes")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a page or table another command wrote in OUT")
     args = parser.parse_args(argv)
-    rows = sim_rows()
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "device_beside.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, ["device", "cost_model", "chunk", "length", "prefill_ratio"])
-        writer.writeheader()
-        writer.writerows({**r, "prefill_ratio": f"{r['prefill_ratio']:.4f}"} for r in rows)
-    text = markdown(args.gpu_docs, rows) + "\n"
-    (args.out / "device_beside.md").write_text(text)
     made = provenance.Provenance("simulated A6000 and H100 (floor, roofline, calibrated); data "
                                  "sheets; "
                                  "leases' env steps",
                                  writer="python -m sarathi_lab.measure.bench.device_beside")
-    provenance.record_folder(args.out, {"device_beside.md": made, "device_beside.csv": made})
+    out = output_files.Outputs(args.out, dict.fromkeys(("device_beside.csv", "device_beside.md"),
+                                                       made),
+                               given=f"--out={args.out}", force=args.force,
+                               how="--force replaces them; --out DIR writes elsewhere")
+    try:
+        out.check()
+        rows = sim_rows()
+        table = io.StringIO(newline="")
+        writer = csv.DictWriter(table, ["device", "cost_model", "chunk", "length",
+                                        "prefill_ratio"])
+        writer.writeheader()
+        writer.writerows({**r, "prefill_ratio": f"{r['prefill_ratio']:.4f}"} for r in rows)
+        text = markdown(args.gpu_docs, rows) + "\n"
+        out.add("device_beside.csv", table.getvalue())
+        out.add("device_beside.md", text)
+        out.write()
+    except output_files.OutputRefused as e:
+        parser.error(str(e))
     print(text)
     return 0
 

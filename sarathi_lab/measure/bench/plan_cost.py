@@ -11,7 +11,7 @@ import torch
 
 from sarathi_lab.measure.bench.args import int_range, positive_int
 from sarathi_lab.measure.bench.case import Case, Report
-from sarathi_lab.measure.bench.trace import workload
+from sarathi_lab.measure.bench.trace import requests_refused, workload
 
 MODEL, GPU, DEVICE_NAME = "llama-13b", "h100", "NVIDIA H100 80GB HBM3"
 TARGET = 0.02
@@ -146,5 +146,7 @@ CASE = Case(name="plan_cost",
             measure=lambda args, point: summarize(args.seen, replay(
                 args.seen, point[0], args.likely if point[1] else None), point[2]),
             report=report, knobs=knobs, start=start, shared=(), machine=False,
+            check=lambda args: requests_refused(args.requests, args.prompt_tokens,
+                                                args.decode_tokens),
             smoke={"requests": 8, "prompt_tokens": (64, 512), "decode_tokens": (8, 32)})
 main = CASE.run

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import quantities
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.tiles import aligned_chunk
@@ -58,17 +58,24 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = p.parse_args(argv)
     prov = provenance.Provenance("computed: simulated decode speedup by chunk alignment",
                                  writer="python -m sarathi_lab.measure.bench.tile_alignment")
-    provenance.check_or_refuse(p, {args.out: prov}, args.force,
-                               "--force replaces it; --out FILE writes elsewhere")
+    out = output_files.Outputs(args.out.parent, {args.out.name: prov}, given=f"--out={args.out}",
+                               force=args.force,
+                               how="--force replaces it; --out FILE writes elsewhere")
+    try:
+        out.check()
+    except output_files.OutputRefused as e:
+        p.error(str(e))
     table = sweep()
     wide = table.pivot_table(index=["model", "cost_model", "seq_len", "batch_size"],
                              columns="alignment", values="gain").reset_index()
     pd.set_option("display.width", 160)
     print("Decode speedup (simulated), chunk 256 beside the tile-aligned chunk:")
     print(wide.round(2).to_string(index=False))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out, index=False, float_format="%.4g")
-    provenance.record({args.out: prov})
+    out.add(args.out.name, table.to_csv(index=False, float_format="%.4g"))
+    try:
+        out.write()
+    except output_files.OutputRefused as e:
+        p.error(str(e))
     return table
 
 

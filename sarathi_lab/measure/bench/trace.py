@@ -6,8 +6,31 @@ import random
 
 import numpy as np
 
+from sarathi_lab import host_memory
+
 # A load the simulated A100 keeps up with, so that queues and batches stay realistic.
 ARRIVAL_RATE_RPS = 4.0
+
+
+# What one request of a replayed trace holds until its run ends: its prompt (a list slot per token,
+# all the same int), its generated tokens and their times (an int and a float each, in lists), and
+# its records (the engine's request, the metrics' rows, the trace's three arrays and lists).
+PROMPT_TOKEN_BYTES, DECODE_TOKEN_BYTES, REQUEST_BYTES = 8, 72, 10_000
+
+
+def workload_bytes(n: int, prompt_tokens: tuple[int, int], decode_tokens: tuple[int, int]) -> int:
+    """The most a run of ``n`` requests of this trace holds, as checked before it is drawn."""
+    return n * (prompt_tokens[1] * PROMPT_TOKEN_BYTES + decode_tokens[1] * DECODE_TOKEN_BYTES
+                + REQUEST_BYTES)
+
+
+def requests_refused(n: int, prompt_tokens: tuple[int, int] = (0, 0),
+                     decode_tokens: tuple[int, int] = (0, 0)) -> str | None:
+    """--requests=N refused in one line where its run could not be held here (else None): checked
+    before the trace is drawn, since an allocation past the machine's memory fails halfway."""
+    too_much = host_memory.beyond(workload_bytes(n, prompt_tokens, decode_tokens))
+    return too_much and (f"--requests={n} is invalid here: its trace and the simulator's records "
+                         f"need {too_much}; allowed: fewer requests or shorter ones")
 
 
 def workload(n: int, prompt_tokens: tuple[int, int] = (1024, 1024),

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sarathi_lab import cli_args
 from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.harness.interrupts import end_child, signal_of, signals_interrupt
 from sarathi_lab.measure.gpu import engine_code, own, queue, state
 from sarathi_lab.measure.gpu.context import wait_or_stop
 from sarathi_lab.measure.gpu.plan import Step, by_name, format_plan, named, select
@@ -79,7 +80,7 @@ def run_worker(job: dict, watch: own.Progress | None = None) -> int:
         code = wait_or_stop(proc, None if deadline is None else max(1.0, deadline - time.time()),
                             GRACE_S)
     except (KeyboardInterrupt, own.Stopped):
-        wait_or_stop(proc, 0.001, GRACE_S)
+        end_child(proc, signal.SIGTERM, GRACE_S)  # it ends its sweep; what is left is killed
         raise
     return -signal.SIGTERM if code is None else code
 
@@ -296,10 +297,11 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
     watch = own.start(out, todo, args.dry_run) if args.own else None
     began = time.time()
     try:
-        stalled = run_steps(job, todo, out, deadline, budget, watch)
-    except (KeyboardInterrupt, own.Stopped):
+        with signals_interrupt(signal.SIGINT, signal.SIGTERM):
+            stalled = run_steps(job, todo, out, deadline, budget, watch)
+    except (KeyboardInterrupt, own.Stopped) as e:
         record_killed(out, todo, began, "interrupted")
-        interrupted = True
+        interrupted = 128 + signal_of(e) if isinstance(e, KeyboardInterrupt) else 130
     # Every step with a result, this call's or an earlier one's: the summary is the suite's.
     state.write_summary(out, list(by_name(args.own)), suite)
     for note in state.export(out, export):
@@ -311,7 +313,7 @@ def _run_suite(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
     if interrupted:
         print("[gpu] interrupted: the same command resumes "
               "(finished steps and sweep jobs are kept)")
-        return 130
+        return interrupted
     # Not 3 ("more to run"): the same call again would stall the same way.
     return 1 if stalled else code
 

@@ -8,14 +8,12 @@ the index of every lease kept. Never the raw run folders.
 from __future__ import annotations
 
 import json
-import os
 import re
 import tarfile
 import time
-from contextlib import suppress
 from pathlib import Path
 
-from sarathi_lab import cli_args, provenance, tuned_kernels
+from sarathi_lab import cli_args, output_files, provenance, tuned_kernels
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import COMMIT, DEVICE, StepResult, Summary
 from sarathi_lab.config import REPO_ROOT, device_slug
@@ -126,7 +124,8 @@ RESULT = re.compile(r"^steps/([\w.-]+)/result\.json$")
 
 
 def _check_kept(contents: dict[str, bytes], label: str) -> StepResult | None:
-    """Kept step results and claims.csv checked against their schemas; returns overhead's."""
+    """Kept step results, env.json and claims.csv checked against their schemas; returns
+    overhead's."""
     overhead = None
     for name, data in contents.items():
         where = f"{label}'s {name}"
@@ -137,6 +136,8 @@ def _check_kept(contents: dict[str, bytes], label: str) -> StepResult | None:
             overhead = result if m[1] == "overhead" else overhead
         elif name == gpu_records.CLAIMS:
             gpu_records.claims(data, where)
+        elif name == ENV:  # the floors of every analysis divide by its rates
+            gpu_records.env(gpu_records.parse_json(data, where), where)
     return overhead
 
 
@@ -163,33 +164,6 @@ def device_of(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo],
                              f"{' '.join(machine.split())[:80]!r} names no device folder (a GPU's "
                              "name, e.g. 'NVIDIA H100 80GB HBM3')")
     return device, " ".join(machine.split())[:200]
-
-
-def _write_all(files: dict[Path, bytes]) -> None:
-    """Every file or none: each written beside its name, then all renamed over (never a link)."""
-    made, staged = [], {}
-    try:
-        for path, data in files.items():
-            for folder in reversed([path.parent, *path.parent.parents]):
-                if not folder.exists():
-                    folder.mkdir()
-                    made.append(folder)
-            staged[path] = tmp = path.with_name(f".{path.name}.collecting-{os.getpid()}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        for path, tmp in staged.items():
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp in staged.values():
-            with suppress(OSError):
-                tmp.unlink()
-        for folder in reversed(made):
-            with suppress(OSError):
-                folder.rmdir()
-        raise
 
 
 def _writable(root: Path, paths: list[Path]) -> None:
@@ -271,7 +245,7 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
             files[folder / provenance.SIDECAR] = text.encode()
     files[gpu_docs(root) / INDEX] = index_text(root, record).encode()
     _writable(root, list(files))
-    _write_all(files)
+    output_files.write_all(files)
     return [*targets.values(), docs / LEASE, gpu_docs(root) / INDEX]
 
 

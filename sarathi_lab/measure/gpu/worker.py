@@ -5,11 +5,13 @@ import gc
 import importlib
 import json
 import logging
+import signal
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
 from sarathi_lab.measure.gpu import engine_code, state
 from sarathi_lab.measure.gpu.context import Context, Incomplete, Unavailable
 from sarathi_lab.measure.gpu.plan import Step, by_name
@@ -51,6 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     device = "cpu" if suite["dry_run"] or not torch.cuda.is_available() else "cuda"
     suite |= {"device": device}
     steps = by_name(suite.get("own", False))  # --own: the paper sweeps at the paper's setting
+    try:
+        with signals_interrupt(signal.SIGINT, signal.SIGTERM):  # a sweep under way is ended too
+            return _run(job, steps, out, deadline, suite, export, device)
+    except Interrupted as e:
+        print(f"[gpu] worker interrupted ({e}): the step under way is left unfinished", flush=True)
+        return e.exit_code
+
+
+def _run(job: dict, steps: dict[str, Step], out: Path, deadline: float | None, suite: dict,
+         export: Path | None, device: str) -> int:
+    import torch
+
     code = 0
     for name in job["steps"]:
         step = steps[name]

@@ -3,10 +3,10 @@ measured ceilings: what a prediction of ``engine_over_floor`` and ``engine_over_
 is set beside."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from sarathi_lab import cli_args
+from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, label
 from sarathi_lab.config import DTYPE_BYTES
 from sarathi_lab.model import load_config
@@ -49,12 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", type=Path, required=True,
                         help="an env step's env.json (read_gbps or copy_gbps, matmul_tflops)")
     args = parser.parse_args(argv)
+    if args.env.name != gpu_records.ENV_FILE:
+        parser.error(f"--env={args.env} is invalid: must be an env step's "
+                     f"{gpu_records.ENV_FILE}")
     try:
-        env = json.loads(args.env.read_text())
-        (gbps, which), tflops = memory_ceiling(env), float(env["matmul_tflops"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        parser.error(f"--env={args.env} is invalid: must be an env step's env.json with read_gbps "
-                     f"or copy_gbps and matmul_tflops ({type(e).__name__})")
+        env = gpu_records.read_env(args.env.parent)
+    except gpu_records.RecordError as e:
+        parser.error(str(e))
+    (gbps, which), tflops = memory_ceiling(env), float(env["matmul_tflops"])
     print(f"{env.get('device', '?')}: {which} {gbps:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s\n")
     print(markdown(rows(gbps, tflops)))
     return 0

@@ -9,7 +9,11 @@ attribution reads it: a claim the device's floors allow and our run misses is ou
 from __future__ import annotations
 
 import csv
+import io
+import os
 import shlex
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from sarathi_lab.analysis import gpu_records, registry
 from sarathi_lab.analysis.claims import claims_table
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.harness.compose import run_as_command
+from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
 
 COST_MODEL = "floor"
 COLUMNS = ("experiment", "claim", "floors", "holds", "sim_device", "cost_model", "overrides")
@@ -31,11 +36,7 @@ ALIGN = "scheduler.chunk_align"
 
 def short_claims(folder: Path) -> list[str]:
     """The experiments whose claims the lease judged short of "yes", in its claims.csv's order."""
-    try:
-        with open(folder / gpu_records.CLAIMS, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise ValueError(f"{folder / gpu_records.CLAIMS} is unreadable: {e.strerror}") from None
+    rows = gpu_records.read_claims(folder / gpu_records.CLAIMS)
     found = list(dict.fromkeys(r["experiment"] for r in rows
                                if r.get("holds", "").strip() != "yes" and r.get("experiment")))
     if unknown := [e for e in found if e not in registry.names()]:
@@ -48,7 +49,8 @@ def sweep_overrides(folder: Path, experiment: str) -> list[str] | None:
     """The lease's own overrides of its paper step, less what set its machine and folders; None
     where the step kept no command (a sweep cut by its call's end)."""
     path = folder / "steps" / f"paper.{experiment}" / "result.json"
-    notes = gpu_records.read(path, gpu_records.step_result).notes if path.is_file() else []
+    notes = (gpu_records.read(path, gpu_records.step_result).notes if os.path.lexists(path)
+             else [])
     command = next((n for n in notes if n.startswith("sarathi_lab.run -m ")), None)
     if command is None:
         return None
@@ -68,11 +70,19 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def simulate(overrides: list[str], device: str, root: Path, experiment: str) -> int:
-    return run_as_command(["-m", *overrides, "executor=sim", f"engine.sim_device={device}",
-                           f"engine.sim_cost_model={COST_MODEL}", "logger=none",
-                           f"hydra.sweep.dir={root / experiment / 'multiruns' / COST_MODEL}"],
-                          quiet=True)
+def simulate(overrides: list[str], device: str, root: Path, experiment: str) -> str | None:
+    """None where the sweep ran every job; else why not, in one line (its refusal, or a failure)."""
+    sweep = root / experiment / "multiruns" / COST_MODEL
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        code = run_as_command(["-m", *overrides, "executor=sim", f"engine.sim_device={device}",
+                               f"engine.sim_cost_model={COST_MODEL}", "logger=none",
+                               f"hydra.sweep.dir={sweep}"], quiet=True, stderr=errors)
+        errors.seek(0)
+        said = [line.strip() for line in errors if line.startswith("error:")]
+    if code == 0:
+        return None
+    why = said[-1].removeprefix("error:").strip() if said else f"exit status {code}"
+    return ("refused: " if code == 2 else "a job failed: ") + why
 
 
 def floor_rows(folder: Path, root: Path) -> list[dict]:
@@ -84,9 +94,9 @@ def floor_rows(folder: Path, root: Path) -> list[dict]:
             print(f"{experiment}: skipped, {folder}/steps/paper.{experiment}/result.json keeps "
                   "no `sarathi_lab.run -m` command (the sweep it ran is unknown)")
             continue
-        if simulate(overrides, device, root, experiment):
-            raise RuntimeError(f"{experiment}'s sweep failed on the simulator (see "
-                               f"{root / experiment})")
+        if (why := simulate(overrides, device, root, experiment)) is not None:
+            raise ValueError(f"{folder}/steps/paper.{experiment}/result.json's sweep did not run "
+                             f"on the simulator ({why}); nothing was written")
         table = claims_table(Results(root), only=[experiment])
         found += [{"experiment": experiment, "claim": r["claim"], "floors": r["ours"],
                    "holds": r["holds"], "sim_device": device, "cost_model": COST_MODEL,
@@ -101,24 +111,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true",
                         help="replace a file beside the lease that another writer wrote")
     args = parser.parse_args(argv)
-    out = gpu_records.beside(args.lease, gpu_records.FLOOR_CLAIMS)
-    made = provenance.Provenance(f"simulated {args.lease.parent.name.upper()} ({COST_MODEL})",
-                                 lease=args.lease.name,
+    lease = args.lease.resolve()
+    made = provenance.Provenance(f"simulated {lease.parent.name.upper()} ({COST_MODEL})",
+                                 lease=lease.name,
                                  writer="python -m sarathi_lab.measure.sim_check.floor_claims")
-    provenance.check_or_refuse(parser, {out: made}, args.force, "--force replaces it")
-    with tempfile.TemporaryDirectory(prefix="floor_claims.") as root:
-        try:
-            rows = floor_rows(args.lease, Path(root))
-        except (ValueError, gpu_records.RecordError) as e:
-            parser.error(str(e))
-    with open(out, "w", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS)
+    try:
+        out = gpu_records.derived_outputs(lease, (gpu_records.FLOOR_CLAIMS,), made, args.force)
+        out.check()
+        with signals_interrupt(signal.SIGINT, signal.SIGTERM), \
+                tempfile.TemporaryDirectory(prefix="floor_claims.") as root:
+            rows = floor_rows(lease, Path(root))
+        table = io.StringIO(newline="")
+        writer = csv.DictWriter(table, COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    provenance.record({out: made})
+        (name,) = out.names
+        out.add(name, table.getvalue())
+        (written,) = out.write()
+    except ValueError as e:
+        parser.error(str(e))
+    except Interrupted as e:
+        print(f"interrupted ({e}): the simulator's sweeps are ended, nothing was written; the same "
+              "command starts over", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
     for r in rows:
         print(f"{r['experiment']}, {r['claim']}: {r['floors']} ({r['holds']})")
-    print(f"wrote {out}")
+    print(f"wrote {written}")
     return 0
 
 

@@ -4,12 +4,13 @@
 anywhere."""
 from __future__ import annotations
 
-import json
+import io
 from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab import provenance
+from sarathi_lab import output_files, provenance
+from sarathi_lab.analysis import gpu_records
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.bench.args import bench_parser
 from sarathi_lab.measure.sim_check import engine_fidelity, fidelity
@@ -28,19 +29,36 @@ OUTPUTS = (*(f"fidelity_{name}.csv" for name in (
            "fidelity.png", "fidelity_engine_profile.png")
 
 
-def leases_read() -> str:
+def launch_results() -> dict[tuple[str, str], dict[str, object]]:
+    """(device, lease) -> each launch-step metric's value, every kept lease's read and checked by
+    the suite's reader (a RecordError naming the file and the field)."""
+    found = {}
+    for path in sorted(GPU_DOCS.glob("*/*/steps/launch/result.json")):
+        result = gpu_records.read(path, gpu_records.step_result)
+        found[path.parents[3].name, path.parents[2].name] = {
+            name: m.value for name, m in gpu_records.checked_values(result, str(path)).items()}
+    return found
+
+
+def leases_read(launches: dict[tuple[str, str], dict]) -> str:
     """'+'-joined."""
     paths = [profile_path(device, model) for device, model in engine_fidelity.profiled()]
     # A lease's table is profiles/<device>/<lease>/<model>.csv; one measured here,
     # profiles/<device>/<model>.csv.
     leases = {path.parent.name for path in paths if path.parents[1] != profiles_dir()}
-    leases |= {path.parents[2].name for path in GPU_DOCS.glob("*/*/steps/launch/result.json")}
+    leases |= {lease for _, lease in launches}
     return "+".join(sorted(leases))
 # vidur's measurements, shipped under its MIT licence (sim/data/gpu_kernels/README.md).
 VIDUR = "the vidur project's measured"
 
 
-def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
+def png(fig) -> bytes:
+    data = io.BytesIO()
+    fig.savefig(data, format="png", dpi=90)
+    return data.getvalue()
+
+
+def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path | None = None):
     """Left: predicted / measured per iteration and cost model; right: hold-out error per model."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
@@ -80,7 +98,8 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
     fig.suptitle(f"Simulated (cost models roofline, calibrated, holdout) against {VIDUR} GPU "
                  f"kernels (their data, MIT licence)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    if path is not None:
+        fig.savefig(path, dpi=90)
     return fig
 
 
@@ -103,12 +122,17 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     args = parser.parse_args(argv)
     scale = "ci" if args.smoke else "full" if not (args.devices or args.models) else (
         f"devices {args.devices or 'all'}, models {args.models or 'all'}")
-    prov = provenance.Provenance("computed: cost models against measured kernels and engine "
-                                 "profiles", scale, lease=leases_read(),
-                                 writer="python -m sarathi_lab.measure.sim_check.sim_fidelity")
-    planned = {args.out / name: prov for name in OUTPUTS}
-    provenance.check_or_refuse(parser, planned, args.force,
-                               "--force replaces them; --out DIR writes elsewhere")
+    try:
+        launches = launch_results()
+        prov = provenance.Provenance("computed: cost models against measured kernels and engine "
+                                     "profiles", scale, lease=leases_read(launches),
+                                     writer="python -m sarathi_lab.measure.sim_check.sim_fidelity")
+        out = output_files.Outputs(args.out, dict.fromkeys(OUTPUTS, prov),
+                                   given=f"--out={args.out}", force=args.force,
+                                   how="--force replaces them; --out DIR writes elsewhere")
+        out.check()
+    except ValueError as e:
+        parser.error(str(e))
     devices, models, op_tokens = args.devices, args.models, fidelity.OP_TOKENS
     if args.smoke:
         devices, models = devices or ["a100"], models or ["llama2-7b", "phi-2"]
@@ -141,38 +165,43 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         fidelity.all_reduce(devices, tps=(2,) if args.smoke else None))
     show("\nTensor-parallel all-reduce, every measured size (calibrated = the measured table as "
          "the cost models read it; holdout = without the size it predicts)", reduce_errors)
-    args.out.mkdir(parents=True, exist_ok=True)
     tables = {"ops": ops, "iterations": iterations, "errors": errors,
               "attention_holdout": attention, "all_reduce": reduce_errors,
               "tp_errors": shard_errors}
-    _write_csvs(args.out, tables)
-    draw(iterations, errors, args.out / "fidelity.png")
-    print(f"\nwrote {args.out}/fidelity_*.csv and fidelity.png")
-    tables |= engine_profiles(args.out, show) | graph_replays(args.out, show)
-    provenance.record({path: p for path, p in planned.items() if path.is_file()})
+    out.add("fidelity.png", png(draw(iterations, errors)))
+    engine, engine_figure = engine_profiles(show)
+    if engine_figure is not None:
+        out.add("fidelity_engine_profile.png", png(engine_figure))
+    tables |= engine | graph_replays(show, launches)
+    for name, text in csv_texts(tables).items():
+        out.add(name, text)
+    try:
+        written = out.write()
+    except output_files.OutputRefused as e:
+        parser.error(str(e))
+    print(f"\nwrote {len(written)} files into {args.out}: "
+          + ", ".join(sorted(p.name for p in written)))
     return tables
 
 
-def engine_profiles(out: Path, show) -> dict[str, pd.DataFrame]:
+def engine_profiles(show) -> tuple[dict[str, pd.DataFrame], object | None]:
+    """The tables and their figure; none without a committed engine profile."""
     ops, iterations = engine_fidelity.run()
     if not len(iterations):
         print(f"\nno engine profile of a simulated GPU under {profiles_dir()}: its comparison is "
               f"skipped")
-        return {}
+        return {}, None
     errors = engine_fidelity.errors(ops, iterations)
     show("\nThis engine's forward measured on the GPU (task=profile; whole model), per iteration "
          "kind and per operator: |predicted / measured - 1| and predicted / measured", errors)
     tables = {"engine_profile_ops": ops, "engine_profile_iterations": iterations,
               "engine_profile_errors": errors}
-    _write_csvs(out, tables)
-    draw_engine(ops, iterations, errors, out / "fidelity_engine_profile.png")
-    print(f"wrote {out}/fidelity_engine_profile_*.csv and fidelity_engine_profile.png")
-    return tables
+    return tables, draw_engine(ops, iterations, errors)
 
 
-def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
-    """Launch-step forwards, eager and as the engine runs them (a graph's replay: GPU work alone),
-    against each model."""
+def graph_replays(show, launches: dict[tuple[str, str], dict]) -> dict[str, pd.DataFrame]:
+    """Launch-step forwards (launch_results), eager and as the engine runs them (a graph's replay:
+    GPU work alone), against each model."""
     from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, engine_ms, label
 
     model, dtype, context, _, cases = SHAPES["cuda"]
@@ -180,11 +209,9 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     shapes = [(chunk, decodes, ctx, label(chunk, decodes, None if ctx == context else ctx))
               for ctx in (context, *MORE_CONTEXTS["cuda"]) for chunk, decodes in cases]
     rows = []
-    for path in sorted(GPU_DOCS.glob("*/*/steps/launch/result.json")):
-        device, lease = path.parents[3].name, path.parents[2].name
+    for (device, lease), measured in launches.items():
         if device not in GPU_DEVICES:
             continue
-        measured = {m["metric"]: m["value"] for m in json.loads(path.read_text())["metrics"]}
         cms = engine_fidelity.cost_models(device, load_config(model), dtype)
         if profile_path(device, model).is_file():
             cms["profile"] = CostModel.for_device(device, model, "profile", dtype)
@@ -206,16 +233,17 @@ def graph_replays(out: Path, show) -> dict[str, pd.DataFrame]:
     table = pd.DataFrame(rows)
     show("\nThe launch step's forwards, eager and as the engine runs them (ms), against each "
          "cost model's forward", table)
-    _write_csvs(out, {"graph_replay": table})
     return {"graph_replay": table}
 
 
-def _write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> None:
-    """A run without vidur's attention kernels writes no hold-out file rather than an empty one."""
-    for name, table in tables.items():
-        if len(table) or name != "attention_holdout":
-            table.to_csv(out / f"fidelity_{name}.csv", index=False,
-                         float_format="%.4g" if name.endswith(("ops", "iterations")) else "%.3f")
+def csv_texts(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """Each table's file name and text; a run without vidur's attention kernels writes no hold-out
+    file rather than an empty one."""
+    def digits(name: str) -> str:
+        return "%.4g" if name.endswith(("ops", "iterations")) else "%.3f"
+
+    return {f"fidelity_{name}.csv": table.to_csv(index=False, float_format=digits(name))
+            for name, table in tables.items() if len(table) or name != "attention_holdout"}
 
 
 # The same marker and colour per cost model in every row.
@@ -230,7 +258,8 @@ def _engine_label(name: str, device: str) -> str:
     return f"{other.upper()}'s calibration on {device.upper()} peaks" if other != name else name
 
 
-def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame, path: Path):
+def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFrame,
+                path: Path | None = None):
     """Per (device, model): prefill and decode forwards measured and predicted; each op's ratio."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
@@ -277,7 +306,8 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
     fig.suptitle(f"Measured GPU: this engine on {gpus} (task=profile; no CUDA graphs, so its "
                  f"launches count), against the cost models that exist there", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
-    fig.savefig(path, dpi=90)
+    if path is not None:
+        fig.savefig(path, dpi=90)
     return fig
 
 

@@ -4,6 +4,7 @@ each open choice moves the headline (docs/sim/README.md, section 2)."""
 from __future__ import annotations
 
 import functools
+import io
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sarathi_lab import provenance, sim
+from sarathi_lab import output_files, provenance, sim
 from sarathi_lab.analysis.paper_results.pipeline_bubbles import PAPER
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
 from sarathi_lab.engine.scheduler import make_scheduler
 from sarathi_lab.measure.bench.args import bench_parser, positive_int
+from sarathi_lab.measure.bench.trace import requests_refused
 from sarathi_lab.measure.sim_check.pipeline_setup import FLIPS, PipelineSetup
 from sarathi_lab.sim.build import kv_capacity_tokens
 from sarathi_lab.sim.cost_model import CostModel
@@ -222,7 +224,7 @@ def markdown(summary: pd.DataFrame, table: pd.DataFrame) -> str:
 
 
 def write(setup: PipelineSetup, summary: pd.DataFrame, table: pd.DataFrame,
-          runs: dict[str, list[PipelineRun]], out: Path) -> None:
+          runs: dict[str, list[PipelineRun]], out: output_files.Outputs) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,9 +248,9 @@ def write(setup: PipelineSetup, summary: pd.DataFrame, table: pd.DataFrame,
             left.plot(bubbles, np.arange(1, len(bubbles) + 1) / len(bubbles),
                       label=label(name, setup))
         right.plot(np.arange(1, len(done) + 1), done - first, label=label(name, setup))
-    pd.DataFrame(rows).to_csv(out / FILES[0], index=False, float_format="%.5g")
-    summary.to_csv(out / FILES[1], index=False, float_format="%.5g")
-    table.to_csv(out / FILES[2], index=False, float_format="%.5g")
+    out.add(FILES[0], pd.DataFrame(rows).to_csv(index=False, float_format="%.5g"))
+    out.add(FILES[1], summary.to_csv(index=False, float_format="%.5g"))
+    out.add(FILES[2], table.to_csv(index=False, float_format="%.5g"))
     ratios = headline(summary)
     left.set(xlabel="pipeline bubble time per request (stage-seconds)", ylabel="CDF of requests",
              title="(a) bubble time per request")
@@ -272,8 +274,11 @@ def write(setup: PipelineSetup, summary: pd.DataFrame, table: pd.DataFrame,
                  f"P:D {setup.pd_ratio:g}, chunk {setup.chunk}, batch {setup.batch} (TP+PP) / "
                  f"{setup.tp_only_batch} (TP-only)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / FILES[3], dpi=90)
+    figure = io.BytesIO()
+    fig.savefig(figure, format="png", dpi=90)
     plt.close(fig)
+    out.add(FILES[3], figure.getvalue())
+    out.write()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -286,19 +291,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     out = args.out or (Path("sim_pipeline_smoke") if args.smoke else REPO_ROOT / "docs" / "sim")
     setup = PipelineSetup(requests=args.requests or (300 if args.smoke else 10_000))
-    planned = dict.fromkeys((out / name for name in FILES), provenance.Provenance(
+    if refused := requests_refused(setup.requests):  # lengths only: no token lists
+        parser.error(refused)
+    outputs = output_files.Outputs(out, dict.fromkeys(FILES, provenance.Provenance(
         "simulated A100 (pipeline)", f"{setup.requests} requests",
-        writer="python -m sarathi_lab.measure sim_pipeline"))
-    provenance.check_or_refuse(parser, planned, args.force,
-                               "--force replaces them; --out DIR writes elsewhere")
+        writer="python -m sarathi_lab.measure sim_pipeline")), given=f"--out={out}",
+        force=args.force, how="--force replaces them; --out DIR writes elsewhere")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        parser.error(f"--out={out} is invalid: must be a directory that can be created "
-                     f"({e.strerror})")
-    summary, table, runs = fig12(setup)
-    write(setup, summary, table, runs, out)
-    provenance.record(planned)
+        outputs.check()
+        summary, table, runs = fig12(setup)
+        write(setup, summary, table, runs, outputs)
+    except output_files.OutputRefused as e:
+        parser.error(str(e))
     ratios = headline(summary)
     print(f"median bubble per request: orca / sarathi = {ratios['median_bubble_ratio']:.2f}x "
           f"(paper {PAPER['median_bubble_ratio']}x); time to complete all: "

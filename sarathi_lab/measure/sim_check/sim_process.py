@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.bench.args import bench_parser, positive_int
+from sarathi_lab.measure.bench.trace import requests_refused
 from sarathi_lab.measure.sim_check.sim_speed import workload
 
 # sim_speed's workload as a run's overrides; the trace file adds the requests.
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
                         "/tmp/before COMMIT`), run alternately")
     parser.add_argument("--python", default=sys.executable, help="the interpreter the runs use")
     args = parser.parse_args(argv)
+    if refused := requests_refused(args.requests, (1024, 1024), (256, 256)):  # workload()'s
+        parser.error(refused)
     checkouts = {"this": REPO_ROOT}
     if args.against is not None:
         if not (args.against / "sarathi_lab" / "run.py").is_file():

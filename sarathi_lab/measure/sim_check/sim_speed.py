@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.measure.bench.args import bench_parser, int_range, positive_float, positive_int
-from sarathi_lab.measure.bench.trace import ARRIVAL_RATE_RPS, workload
+from sarathi_lab.measure.bench.trace import ARRIVAL_RATE_RPS, requests_refused, workload
 from sarathi_lab.sim.device import DEVICES
 
 
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
                              "it)")
     parser.add_argument("--top", type=positive_int, default=15)
     args = parser.parse_args(argv)
+    if refused := requests_refused(args.requests, args.prompt_tokens, args.decode_tokens):
+        parser.error(refused)
     profiler = cProfile.Profile()
     with profiler if args.profile else contextlib.nullcontext():
         speed = simulate(args.requests, args.model, args.device, args.scheduler, args.chunk,

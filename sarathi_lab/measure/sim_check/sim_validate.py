@@ -3,6 +3,7 @@
 section 1)."""
 from __future__ import annotations
 
+import io
 import math
 import os
 import statistics
@@ -16,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from sarathi_lab import provenance
+from sarathi_lab import output_files, provenance
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
@@ -270,7 +271,7 @@ def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "
     right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, format="png", dpi=90)
 
 
 def validation_provenance(smoke: bool) -> provenance.Provenance:
@@ -299,12 +300,16 @@ def main(argv: list[str] | None = None) -> None:
     cpu_clock = args.clock == "cpu"
     suffix = "" if cpu_clock else "_wall"
     out = args.out or (Path("sim_validation_smoke") if args.smoke else DOCS)
-    planned = dict.fromkeys((out / f"validation{suffix}.csv",
-                             out / f"validation_iterations{suffix}.csv",
-                             out / f"validation{suffix}.png"), validation_provenance(args.smoke))
-    provenance.check_or_refuse(parser, planned, args.force,
-                               "--force replaces them; --out DIR writes elsewhere")
-    out.mkdir(parents=True, exist_ok=True)
+    outputs = output_files.Outputs(out, dict.fromkeys(
+        (f"validation{suffix}.csv", f"validation_iterations{suffix}.csv",
+         f"validation{suffix}.png"), validation_provenance(args.smoke)),
+        given=f"--out={out}", force=args.force,
+        how="--force replaces them; --out DIR writes elsewhere")
+    try:
+        outputs.check()
+    except output_files.OutputRefused as e:
+        parser.error(str(e))
+    out.mkdir(parents=True, exist_ok=True)  # a smoke run's profile goes there first
     if args.smoke:  # never overwrite the committed profile with a CI one
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
     model = "tiny" if args.smoke else "cpu-small"
@@ -320,16 +325,22 @@ def main(argv: list[str] | None = None) -> None:
                      f"{timed_on}, not {clock} (--reprofile measures it again on {clock})")
     table, points = validate(model, cases(args.smoke), cpu_clock=cpu_clock,
                              progress=lambda m: print(m, flush=True))
-    table.to_csv(out / f"validation{suffix}.csv", index=False, float_format="%.4g")
-    points.to_csv(out / f"validation_iterations{suffix}.csv", index=False, float_format="%.5g")
+    outputs.add(f"validation{suffix}.csv", table.to_csv(index=False, float_format="%.4g"))
+    outputs.add(f"validation_iterations{suffix}.csv",
+                points.to_csv(index=False, float_format="%.5g"))
     if not points.empty:
         machine = profile_description(path).get("machine", {})
         title = (f"Simulator (profile cost model, {path.parent.name}/{path.name}) against this "
                  f"engine measured on {machine.get('cpu', '?')}, {machine.get('cores', '?')} "
                  f"cores, last-level cache {machine.get('llc_mib', '?')} MiB (isa "
                  f"{machine.get('isa', '?')}): {model}, float32, one thread, both timed on {clock}")
-        figure(points, table, out / f"validation{suffix}.png", "\n".join(textwrap.wrap(title, 120)))
-    provenance.record({path: p for path, p in planned.items() if path.is_file()})
+        png = io.BytesIO()
+        figure(points, table, png, "\n".join(textwrap.wrap(title, 120)))
+        outputs.add(f"validation{suffix}.png", png.getvalue())
+    try:
+        outputs.write()
+    except output_files.OutputRefused as e:
+        parser.error(str(e))
     print(f"wrote {out / f'validation{suffix}.csv'} ({len(table)} cases)")
 
 

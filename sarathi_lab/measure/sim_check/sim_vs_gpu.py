@@ -5,6 +5,7 @@ timed compared with the cost model's, per run kind, cost model and iteration kin
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import re
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from sarathi_lab import provenance
+from sarathi_lab import output_files, provenance
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import PREDICTING_COST_MODELS, REPO_ROOT, ConfigError
@@ -265,10 +266,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cost_models = list(dict.fromkeys(args.cost_model))
     device, runs, out, work = _places(parser, args)
-    if not args.smoke:
-        prov = comparison_provenance(finished_runs(runs)[0], device, cost_models, args.lease or "")
-        provenance.check_or_refuse(parser, dict.fromkeys((out / n for n in OUTPUTS), prov),
-                                   args.force, "--force replaces them; --out DIR writes elsewhere")
+
+    def outputs(prov: provenance.Provenance) -> output_files.Outputs:
+        # A smoke run's folder is its own: what it compares is known once its runs ran.
+        return output_files.Outputs(out, dict.fromkeys(OUTPUTS, prov), given=f"--out={out}",
+                                    force=args.force or args.smoke,
+                                    how="--force replaces them; --out DIR writes elsewhere")
+    try:
+        outputs(comparison_provenance([] if args.smoke else finished_runs(runs)[0], device,
+                                      cost_models, args.lease or "")).check()
+    except output_files.OutputRefused as e:
+        parser.error(str(e))
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
         os.environ.setdefault("SARATHI_PROFILES_DIR", str(out / "profiles"))
@@ -287,10 +295,13 @@ def main(argv: list[str] | None = None) -> None:
     for table_path in tables:
         print(f"the profile cost model reads {table_path}", flush=True)
     result = compare(runs, work, device, cost_models, progress=lambda m: print(m, flush=True))
-    written, ran, errors = _write(result, runs, out, work, cost_models,
-                                  lambda ran: _title(result.table, compared, device, ran, tables))
-    prov = comparison_provenance(compared, device, cost_models, args.lease or "")
-    provenance.record(dict.fromkeys(written, prov))
+    try:
+        written, ran, errors = _write(
+            result, runs, outputs(comparison_provenance(compared, device, cost_models,
+                                                        args.lease or "")), work, cost_models,
+            lambda ran: _title(result.table, compared, device, ran, tables))
+    except output_files.OutputRefused as e:
+        parser.error(str(e))
     print(f"wrote {', '.join(p.name for p in written)} into {out} "
           f"({len(compared)} runs x {len(ran)} cost models)")
     shown = errors[errors.status == "compared"]
@@ -350,29 +361,29 @@ def _places(parser: argparse.ArgumentParser,
     return device, runs, out, work
 
 
-def _write(result: Comparison, runs: Path, out: Path, work: Path, cost_models: list[str],
-           title) -> tuple[list[Path], list[str], pd.DataFrame]:
-    """``title(ran)``: the figure's title."""
+def _write(result: Comparison, runs: Path, out: output_files.Outputs, work: Path,
+           cost_models: list[str], title) -> tuple[list[Path], list[str], pd.DataFrame]:
+    """``title(ran)``: the figure's title. The tables and figure are written at once (the work
+    folder's points as they are made: they are the runs' own)."""
     table, points = result.table, result.points
     errors = report.iteration_errors(points, result.unavailable)
     tables = {"runs.csv": table, "iteration_errors.csv": errors,
               "serving_errors.csv": report.serving_errors(table)}
     for name, frame in tables.items():
-        frame.to_csv(out / name, index=False, float_format="%.4g")
-    written = [out / name for name in tables]
+        out.add(name, frame.to_csv(index=False, float_format="%.4g"))
     gain = None
     ran = [m for m in cost_models if len(table) and m in set(table.cost_model)]
     if (runs / "pd_ratio").is_dir() and ran:
         gain, claim_rows = gains(runs, work, ran)
-        gain.to_csv(out / "gains.csv", index=False, float_format="%.4g")
-        claim_rows.to_csv(out / "claims.csv", index=False)
-        written += [out / "gains.csv", out / "claims.csv"]
+        out.add("gains.csv", gain.to_csv(index=False, float_format="%.4g"))
+        out.add("claims.csv", claim_rows.to_csv(index=False))
     if len(points):
         work.mkdir(parents=True, exist_ok=True)
         points.to_csv(work / "points.csv", index=False, float_format="%.5g")
-        report.figure(points, errors, table, gain, title(ran), out / "errors.png")
-        written.append(out / "errors.png")
-    return written, ran, errors
+        figure = io.BytesIO()
+        report.figure(points, errors, table, gain, title(ran), figure)
+        out.add("errors.png", figure.getvalue())
+    return out.write(), ran, errors
 
 
 if __name__ == "__main__":

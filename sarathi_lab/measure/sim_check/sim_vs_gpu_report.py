@@ -177,4 +177,4 @@ def figure(points: pd.DataFrame, errors: pd.DataFrame, table: pd.DataFrame,
         _gain_panel(axes["gain"], gain, models)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, format="png", dpi=90)

@@ -94,14 +94,15 @@ def start_engine(spec: RankSpec) -> ParallelExecutor | PipelineParallelExecutor:
     group.label = f"tensor_parallel={cfg.tensor_parallel}" + (
         f" x pipeline_parallel={cfg.pipeline_parallel}" if cfg.pipeline_parallel > 1 else "")
     try:
-        _command(group, command(BUILD), cfg.collective_timeout_s)
-        dist.broadcast_object_list([spec], 0, group=group.control)
-        groups = engine_groups(group, spec.device_type, cfg.collective_timeout_s,
-                               cfg.tensor_parallel)
-        part = build_rank(spec, group, groups)
-        bounded(dist.barrier(group=group.control, async_op=True), BUILD_TIMEOUT_S)
+        with spawn.watching(group):
+            _command(group, command(BUILD), cfg.collective_timeout_s)
+            dist.broadcast_object_list([spec], 0, group=group.control)
+            groups = engine_groups(group, spec.device_type, cfg.collective_timeout_s,
+                                   cfg.tensor_parallel)
+            part = build_rank(spec, group, groups)
+            bounded(dist.barrier(group=group.control, async_op=True), BUILD_TIMEOUT_S)
     except Exception as e:
-        raise _give_up(group, e, cfg.collective_timeout_s) from e
+        raise _give_up(group, spawn.rank_died(e) or e, cfg.collective_timeout_s) from e
     group.chain = part.chain
     if part.chain is not None:
         return PipelineParallelExecutor(part, group, groups.wire, cfg.collective_timeout_s,
@@ -114,7 +115,7 @@ def _give_up(group: RankGroup, error: BaseException, timeout_s: float) -> Runtim
     """The group is dropped; interrupted ranks are mid-collective and cannot take a STOP: ended."""
     interrupted = not isinstance(error, Exception)
     failure = (RuntimeError(f"interrupted ({error!r})") if interrupted
-               else group.failure(error, timeout_s))
+               else error if isinstance(error, spawn.RankDied) else group.failure(error, timeout_s))
     global _ranks
     if _ranks is group:
         _ranks = None

@@ -109,6 +109,64 @@ def join_spawned(processes: list, size: int, port: int) -> RankGroup:
     return group
 
 
+# Sent by the watch below to the driver's main thread, whose handler raises RankDied.
+WATCH_SIGNAL = signal.SIGUSR2
+
+
+class RankDied(RuntimeError):
+    """A rank died while the engine was built; its line says which."""
+
+
+def rank_died(error: BaseException | None) -> RankDied | None:
+    """The watch's, wherever the code it interrupted wrapped it (an import wraps what it meets)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, RankDied):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextlib.contextmanager
+def watching(group: RankGroup) -> Iterator[None]:
+    """While the driver builds its part, a rank that dies ends the start within POLL_S: its
+    shard's build would otherwise run to its end (an import, weights) before a collective fails.
+    A wait inside a collective ends anyway: the dead rank's connections close."""
+    if not group.processes or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stop = threading.Event()
+
+    def died(signum, frame) -> None:
+        raise RankDied(f"{group.label or f'{group.size} ranks'}: "
+                           + ", ".join(f"rank {r} (exit code {code}{_signal_name(code)})"
+                                       for r, code in group.dead_ranks())
+                           + " died while the engine was built, so the run stops; a rank's own "
+                           "error, where it printed one, is above")
+
+    main = threading.main_thread().ident
+
+    def watch() -> None:
+        while not stop.wait(POLL_S):
+            if group.dead_ranks():
+                # A signal proper, so that a wait in a system call (a sleep, a read) ends too.
+                signal.pthread_kill(main, WATCH_SIGNAL)
+                return
+
+    previous = signal.signal(WATCH_SIGNAL, died)
+    watcher = threading.Thread(target=watch, name="sarathi-rank-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        try:
+            watcher.join()  # a signal it sent lands here at the latest
+        finally:
+            signal.signal(WATCH_SIGNAL, previous)
+
+
 def died_joining(size: int, dead: list[tuple[int, int]]) -> str:
     who = ", ".join(f"rank {r} (exit code {code}{_signal_name(code)})" for r, code in dead)
     return (f"{size} ranks: {who} died before the ranks joined, so the run stops; a rank's own "

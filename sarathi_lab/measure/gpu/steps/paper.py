@@ -9,6 +9,7 @@ from pathlib import Path
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.harness import scales
+from sarathi_lab.harness.interrupts import end_child, signal_of
 from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 from sarathi_lab.measure.gpu import engine_code, parts, state
 from sarathi_lab.measure.gpu.context import Context, Incomplete, wait_or_stop
@@ -96,7 +97,11 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     with open(ctx.dir / "sweep.log", "a") as log:
         proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        code = wait_or_stop(proc, None if left is None else max(1.0, left - GRACE_S), GRACE_S)
+        try:
+            code = wait_or_stop(proc, None if left is None else max(1.0, left - GRACE_S), GRACE_S)
+        except BaseException as e:  # the worker stopped: the sweep records its run and ends
+            end_child(proc, signal_of(e), GRACE_S)
+            raise
     if code is None:
         raise Incomplete(f"{step.arg}: the sweep ran past the call's budget; rerun to go on "
                          "(finished jobs are skipped)")
