@@ -214,7 +214,7 @@ def test_a_lease_s_text_in_results_md_is_plain_text_that_cannot_end_its_section(
     assert first.count(gpu_claims.END) == 1 and first.endswith(f"{gpu_claims.END}\nafter\n")
     section = first[first.index(gpu_claims.BEGIN) + len(gpu_claims.BEGIN):first.index(gpu_claims.END)]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "H200" in line]
-    assert len(rows) == len(HOSTILE) and all(row.count(" | ") == 9 for row in rows)  # no cell split by a '|'
+    assert len(rows) == len(HOSTILE) and all(row.count(" | ") == 10 for row in rows)  # no cell split by a '|'
     cells = "\n".join(rows).replace("](gpu/h200/", "")
     for active in ("<", "://", "www."):  # a tag or comment, an autolink
         assert active not in cells, active
