@@ -154,10 +154,9 @@ def produce_missing(results: Results, scale: str = "ci", sim: bool = False) -> R
     return results
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser(known) -> cli_args.Parser:
     parser = cli_args.Parser(prog="python -m sarathi_lab.produce",
                              description=__doc__.split("\n\n")[0])
-    known = registry.names()
     parser.add_argument("names", nargs="*",
                         help=f"experiments to run (default: all): {', '.join(known)}")
     parser.add_argument("--root", help="results root (default: outputs, or outputs/sim with --sim)")
@@ -176,6 +175,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--force", action="store_true",
                         help="--publish replaces figures and claims of another source, scale, "
                              "machine or commit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    known = registry.names()
+    parser = _parser(known)
     args = parser.parse_args(argv)
     if not args.publish and (args.force or args.docs != capacity_docs.DOCS):
         parser.error(f"{'--force' if args.force else f'--docs={args.docs}'} is invalid without "

@@ -22,7 +22,7 @@ SUMMARY_KEYS = {"prefill_throughput_tok_s", "decode_throughput_tok_s", "total_th
                 "num_iterations", "kv_tokens_read",
                 *(f"{m}_p{p}_s" for m in ("ttft", "itl", "e2el", "tpot", "sched_delay") for p in (50, 90, 99))}
 # A key names its unit, or counts something its name says, or is a share or a flag.
-UNITS = ("_s", "_tok_s", "_rps", "_s_per_token", "_tokens", "_requests")
+UNITS = ("_s", "_ms", "_tok_s", "_rps", "_s_per_token", "_tokens", "_requests")
 UNITLESS = {"iteration", "request_id", "kv_tokens_read", "num_preempted", "num_preemptions", "queue_at_arrival",
             "prefill_request_ids", "decode_request_ids", "preempted_request_ids",
             "saturated", "slo_attainment", "overhead_fraction", "preemptions_per_request"}

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sarathi_lab import output_files, provenance
 from sarathi_lab.analysis.paper_results.pipeline_bubbles import PAPER
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.block_manager import BlockManager
@@ -156,7 +157,9 @@ def test_the_committed_tables_are_what_the_command_gives_now(tmp_path):
     # The whole experiment at 10,000 requests (minutes): the committed tables, byte for byte.
     setup = PipelineSetup()
     summary, table, runs = sim_pipeline.fig12(setup, **QUIET)
-    sim_pipeline.write(setup, summary, table, runs, tmp_path)
+    outputs = output_files.Outputs(tmp_path, dict.fromkeys(sim_pipeline.FILES, provenance.Provenance(
+        "simulated A100 (pipeline)", f"{setup.requests} requests")))
+    sim_pipeline.write(setup, summary, table, runs, outputs)
     for name in sim_pipeline.FILES[:3]:
         assert (tmp_path / name).read_bytes() == (DOCS / name).read_bytes(), name
     assert np.isfinite(summary.median_bubble_s).all()

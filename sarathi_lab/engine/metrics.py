@@ -166,6 +166,23 @@ def queue_growth(requests: list[RequestRecord]) -> float:
     return float(np.polyfit(t, [r.queue_at_arrival for r in requests], 1)[0] * (t.max() - t.min()))
 
 
+def _latency_stats(reqs, gaps) -> dict[str, float]:
+    """Percentiles of each request latency in seconds, and vLLM's mean/median/std/p99 in ms."""
+    out = {}
+    latencies = {"ttft": [r.ttft for r in reqs],
+                 "itl": np.concatenate(gaps) if reqs else [],
+                 "e2el": [r.e2e for r in reqs]}
+    for name, values in latencies.items():
+        out |= _pcts(name, values)
+    out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None])
+    latencies["tpot"] = [r.tpot for r in reqs]
+    out |= _pcts("tpot", latencies["tpot"])
+    out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs], unit="_s_per_token")
+    for name in VLLM_LATENCIES:
+        out |= _vllm_stats(name, latencies[name])
+    return out
+
+
 @dataclass
 class Metrics:
     iterations: list[IterationRecord] = field(default_factory=list)
@@ -220,18 +237,7 @@ class Metrics:
                                              SATURATION_MIN_SHARE * len(self.requests))),
         }
         gaps = token_gaps(reqs)
-        latencies = {"ttft": [r.ttft for r in reqs],
-                     "itl": np.concatenate(gaps) if reqs else [],
-                     "e2el": [r.e2e for r in reqs]}
-        for name, values in latencies.items():
-            out |= _pcts(name, values)
-        out |= _pcts("sched_delay", [r.sched_delay for r in reqs if r.first_scheduled is not None])
-        latencies["tpot"] = [r.tpot for r in reqs]
-        out |= _pcts("tpot", latencies["tpot"])
-        out |= _pcts("normalized_latency", [r.e2e / r.output_len for r in reqs],
-                     unit="_s_per_token")
-        for name in VLLM_LATENCIES:
-            out |= _vllm_stats(name, latencies[name])
+        out |= _latency_stats(reqs, gaps)
         if self.broadcast_s:
             out |= _pcts("broadcast", np.asarray(self.broadcast_s) * 1e3, unit="_ms")
             out |= {"broadcast_p50_bytes": float(np.median(self.broadcast_bytes)),

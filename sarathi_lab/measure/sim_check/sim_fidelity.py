@@ -117,6 +117,14 @@ def _parser():
     return parser
 
 
+def show(title: str, table: pd.DataFrame, columns=None, digits: int = 3) -> None:
+    """A table on the terminal, its seconds in ms."""
+    ms = table.assign(**{c.replace("_s", "_ms"): table[c] * 1e3 for c in table
+                         if c.endswith("_s")})
+    print(f"{title}:")
+    print((ms if columns is None else ms[columns]).round(digits).to_string(index=False))
+
+
 def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -141,13 +149,6 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     errors = fidelity.errors(iterations)
     attention = fidelity.attention_holdout() if "a100" in set(ops.device) else pd.DataFrame()
     pd.set_option("display.width", 160)
-
-    def show(title: str, table: pd.DataFrame, columns=None, digits: int = 3) -> None:
-        ms = table.assign(**{c.replace("_s", "_ms"): table[c] * 1e3 for c in table
-                             if c.endswith("_s")})
-        print(f"{title}:")
-        print((ms if columns is None else ms[columns]).round(digits).to_string(index=False))
-
     times = ["measured_ms", "roofline_ms", "calibrated_ms", "holdout_ms"]
     show("Per operator, one layer (ms)", ops, ["device", "model", "op", "tokens", *times], 4)
     show("\nPer iteration (ms; attention included where measured)", iterations,
