@@ -215,7 +215,8 @@ def _is_lease(value: Any) -> bool:
 CLAIM_KEYS = ("experiment", "claim")
 
 
-def claims(data: bytes, where: str) -> list[dict[str, str]]:
+def csv_rows(data: bytes, where: str) -> tuple[list[dict[str, str]], list[str]]:
+    """A lease's CSV file as rows of text and its header, or a one-line RecordError."""
     try:
         reader = csv.DictReader(io.StringIO(data.decode(), newline=""))
         rows = list(reader)
@@ -224,6 +225,11 @@ def claims(data: bytes, where: str) -> list[dict[str, str]]:
         raise RecordError(f"{where} is invalid: not UTF-8 text") from None
     except csv.Error as e:
         raise RecordError(f"{where} is invalid: not a CSV table ({e})") from None
+    return rows, header
+
+
+def claims(data: bytes, where: str) -> list[dict[str, str]]:
+    rows, header = csv_rows(data, where)
     if missing := [k for k in CLAIM_KEYS if k not in header]:
         raise RecordError(f"{where} is invalid: its header {shown(header)} "
                           f"lacks {missing[0]!r}: must name "

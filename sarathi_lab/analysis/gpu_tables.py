@@ -3,15 +3,13 @@ a value of its column's kind, or a one-line RecordError naming the file, the lin
 Read through gpu_records.read_bytes: a regular file, under the suite's size cap."""
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sarathi_lab.analysis.gpu_records import RecordError, invalid, read_bytes, shown
+from sarathi_lab.analysis.gpu_records import RecordError, csv_rows, invalid, read_bytes, shown
 
 
 @dataclass(frozen=True)
@@ -54,14 +52,7 @@ def table(data: bytes, where: str, columns: Mapping[str, Kind],
           rows_read: Callable[[dict[str, str]], bool] = lambda row: True) -> list[dict[str, Any]]:
     """The rows ``rows_read`` keeps (it sees the cells as text), each column parsed; a column in
     ``optional`` may be empty there (None: not measured). Columns not named stay text."""
-    try:
-        reader = csv.DictReader(io.StringIO(data.decode(), newline=""))
-        rows = list(reader)
-        header = reader.fieldnames or []
-    except UnicodeDecodeError:
-        raise RecordError(f"{where} is invalid: not UTF-8 text") from None
-    except csv.Error as e:
-        raise RecordError(f"{where} is invalid: not a CSV table ({e})") from None
+    rows, header = csv_rows(data, where)
     if missing := [c for c in columns if c not in header]:
         raise RecordError(f"{where} is invalid: it has no column {missing[0]!r} (its header: "
                           f"{shown(header)}): must name {', '.join(columns)}")
