@@ -133,13 +133,16 @@ s = dict(model="tiny", scheduler={scheduler!r}, chunk_size=16, max_batch_size=3,
 greedy = SamplingParams(ignore_eos=True)
 ours = LLM(**s).generate({PROMPTS!r}, {NEW!r}, sampling=greedy)
 theirs = VllmLLM(plan_engine(EngineConfig(executor="vllm", **s))).generate({PROMPTS!r}, {NEW!r}, sampling=greedy)
-print(json.dumps([ours, theirs]))
+import torch
+kept = torch.set_num_threads.__name__ == "set_num_threads" and torch.set_num_threads.__module__ == "torch"
+print(json.dumps([ours, theirs, kept]))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    ours, theirs = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+    ours, theirs, kept = __import__("json").loads(done.stdout.strip().splitlines()[-1])
     assert [len(t) for t in ours] == NEW
     assert theirs == ours
+    assert kept, "vLLM's CPU worker left torch.set_num_threads replaced for the rest of the process"
 
 
 @NEEDS_VLLM

@@ -23,6 +23,7 @@ from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.sequence import Sequence as Request
 from sarathi_lab.harness.vllm_args import VllmArgs, vllm_args, vllm_version
+from sarathi_lab.harness.vllm_threads import torch_threads_kept
 from sarathi_lab.model import PRESETS, build_model
 from sarathi_lab.model.checkpoint import save_checkpoint
 from sarathi_lab.plan import EnginePlan
@@ -113,7 +114,8 @@ class VllmLLM:
         kv_bytes = (2 * shape.layers * shape.kv_heads * shape.head_dim * plan.kv_capacity_tokens
                     * plan.dtype.itemsize)
         _environment(self.config.num_threads, kv_bytes)
-        self.core = VllmEngine.from_engine_args(EngineArgs(**dataclasses.asdict(self.args)))
+        with torch_threads_kept():
+            self.core = VllmEngine.from_engine_args(EngineArgs(**dataclasses.asdict(self.args)))
         self.engine = CallClock()
         self._scheduled: list = []
         self._hook_scheduler()

