@@ -21,8 +21,15 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from sarathi_lab import cli_args, provenance
-from sarathi_lab.analysis import (capacity_docs, claims, claims_glance, figures, gpu_claims,
-                                  pipeline_claims, registry)
+from sarathi_lab.analysis import (
+    capacity_docs,
+    claims,
+    claims_glance,
+    figures,
+    gpu_claims,
+    pipeline_claims,
+    registry,
+)
 from sarathi_lab.analysis.runs import Results, load_results
 from sarathi_lab.env_flags import EnvFlagError
 from sarathi_lab.executors import recorded_as
