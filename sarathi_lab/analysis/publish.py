@@ -24,11 +24,11 @@ from sarathi_lab import cli_args, provenance
 from sarathi_lab.analysis import (
     capacity_docs,
     claims,
-    claims_glance,
     figures,
     gpu_claims,
     pipeline_claims,
     registry,
+    results_page,
 )
 from sarathi_lab.analysis.runs import Results, load_results
 from sarathi_lab.env_flags import EnvFlagError
@@ -169,7 +169,7 @@ def publish(measured: str | Path | None, simulated: list[str | Path],
     # The page's glance is the table as it now stands (capacity's rows included, above).
     results_md = docs / "RESULTS.md"
     if path in written and results_md.is_file():
-        written.append(claims_glance.write(results_md, path))
+        written.append(results_page.write(results_md, docs))
     return written
 
 
