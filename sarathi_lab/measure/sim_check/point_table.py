@@ -33,9 +33,9 @@ def summary(errors) -> dict[str, float]:
     keeps the sign of the one furthest from 0, ``median_ratio`` is 1 + the median."""
     err = pd.Series(np.asarray(errors, dtype=float)).dropna()
     size = err.abs()
-    median = err.median()
-    return {"points": len(err), "median_rel_err": median, "median_abs_rel_err": size.median(),
-            "worst_abs_rel_err": size.max(),
+    median = float(err.median())
+    return {"points": len(err), "median_rel_err": median,
+            "median_abs_rel_err": float(size.median()), "worst_abs_rel_err": float(size.max()),
             "worst_rel_err": float(err[size.idxmax()]) if len(err) else np.nan,
             "median_ratio": 1 + median}
 
