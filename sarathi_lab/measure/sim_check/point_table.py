@@ -40,17 +40,15 @@ def summary(errors) -> dict[str, float]:
             "median_ratio": 1 + median}
 
 
-def from_wide(rows: pd.DataFrame, source: str, models, keys=(), kind: str | None = None,
-              measured: str = MEASURED) -> pd.DataFrame:
-    """Rows holding a ``<model>_s`` column per cost model beside ``measured``, as points: one per
+def from_wide(rows: pd.DataFrame, source: str, models, keys=(),
+              kind: str | None = None) -> pd.DataFrame:
+    """Rows holding a ``<model>_s`` column per cost model beside ``measured_s``, as points: one per
     row and cost model, with the rows' ``keys``; their kind is ``kind``, else the rows' own."""
     keys = [k for k in keys if k != KIND]
     found = [rows[keys].assign(**{SOURCE: source, KIND: rows[KIND] if kind is None else kind,
                                   COST_MODEL: model, PREDICTED: rows[f"{model}_s"],
-                                  MEASURED: rows[measured]})
+                                  MEASURED: rows[MEASURED]})
              for model in models]
-    if not found:
-        return pd.DataFrame(columns=[*COLUMNS, *keys])
     return pd.concat(found, ignore_index=True)[[*COLUMNS, *keys]]
 
 
