@@ -38,9 +38,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
-# The wing's measurements register with the harness, so that task=NAME finds them.
-from sarathi_lab.measure import tasks  # noqa: F401
-
 log = logging.getLogger("sarathi_lab.run")
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES,
                        errno.EPERM, errno.EIO}
