@@ -94,10 +94,10 @@ def test_a_recorded_executor_reads_by_its_capabilities_and_an_unknown_one_has_no
 
 
 def test_the_record_states_the_layout_that_ran(monkeypatch):
-    from sarathi_lab.harness.environment import simulated_device
-
     monkeypatch.setattr("sarathi_lab.plan.usable_cores", lambda: 4)
-    split = simulated_device(EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2))
+    split = EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2)
+    split = split.kind.record(split, "cpu")
     assert (split["tensor_parallel"], split["pipeline_parallel"]) == (2, 2)
-    whole = simulated_device(EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu"))
+    whole = EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu")
+    whole = whole.kind.record(whole, "cpu")
     assert "tensor_parallel" not in whole and "pipeline_parallel" not in whole  # one device: vLLM splits nothing
