@@ -46,6 +46,9 @@ class ExecutorKind:
     # (llm, scheduler) -> (executor, clock) of our engine; None: another engine serves the plan.
     batches: ClassVar[str | None] = "sarathi_lab.llm:model_batches"
     recorder: ClassVar[str] = "sarathi_lab.harness.environment:measured_record"  # (engine, device)
+    budgeter: ClassVar[str] = "sarathi_lab.harness.budget:measured_budget"      # (engine) -> source
+    # Its gc generation-0 threshold; None: Python's default (collections' pauses land in the times).
+    gc_gen0_threshold: ClassVar[int | None] = None
 
     @classmethod
     def stages(cls, engine: Any) -> int:
@@ -64,6 +67,11 @@ class ExecutorKind:
     @classmethod
     def build_batches(cls, llm: Any, scheduler: Any) -> tuple[Any, Any]:
         return _target(cls.batches)(llm, scheduler)
+
+    @classmethod
+    def budget_source(cls, engine: Any) -> Any:
+        """Whose cost model sizes its ``token_budget=auto``."""
+        return _target(cls.budgeter)(engine)
 
     @classmethod
     def record(cls, engine: Any, device: Any) -> dict[str, Any]:
@@ -130,6 +138,10 @@ class Simulator(ExecutorKind):
     planner = "sarathi_lab.plan:plan_simulated"
     batches = "sarathi_lab.llm:simulated_batches"
     recorder = "sarathi_lab.harness.environment:simulated_record"
+    budgeter = "sarathi_lab.harness.budget:simulated_budget"
+    # A simulation's objects live to its end and make few cycles: fewer collections, and none of
+    # their pauses lands in a virtual clock's times.
+    gc_gen0_threshold = 50_000
 
 
 @register_executor("vllm")

@@ -156,14 +156,13 @@ def shared_engine(cfg: RunConfig) -> SharedEngine | None:
     its plan counted their memory as free. None also for a simulated run: it builds no model."""
     from sarathi_lab.model.shared_engine import SHARED
 
-    kind = cfg.engine.kind
-    if not kind.runs_model:
+    if not cfg.engine.kind.runs_model:
         return None
     try:
         share = env_flag(SHARE_ENGINE_ENV, default=True)
     except EnvFlagError as e:
         raise ConfigError(str(e)) from None
-    if share and kind.our_engine and cfg.engine.world_size == 1:
+    if share and cfg.engine.world_size == 1:
         return SHARED
     SHARED.release()
     return None
