@@ -18,10 +18,11 @@ class ExecutorKind:
     """A flag: honours its settings at any value (else the default); a tuple: the values taken."""
     name: ClassVar[str]
     noun: ClassVar[str]
-    runs_model: ClassVar[bool] = False  # timings exposed to this machine's load
+    # What it needs: our model's forwards (timings exposed to this machine's load).
+    runs_model: ClassVar[bool] = False
+    # What it records: predicted times (a simulated device), else measured ones; another engine's
+    # numbers are labelled ``engine_label``.
     simulated: ClassVar[bool] = False
-    # Else the harness builds another engine, named by ``engine_label``.
-    our_engine: ClassVar[bool] = True
     engine_label: ClassVar[str | None] = None
     samples: ClassVar[bool] = True  # else placeholder tokens beside the times
     tensor_parallel: ClassVar[bool] = False
@@ -38,17 +39,18 @@ class ExecutorKind:
     tags: ClassVar[tuple[str, ...]] = ()  # its runs' W&B tags
     # What its records say of the machine's load, beside what the run measured of it.
     load_record: ClassVar[dict[str, Any]] = {}
+    # Its gc generation-0 threshold; None: Python's default (collections' pauses land in the times).
+    gc_gen0_threshold: ClassVar[int | None] = None
     # How it is planned, built and recorded: "module:callable", imported when called, since what
     # they name sits in the layers above this registry (the plan, the engine, the harness).
     planner: ClassVar[str] = "sarathi_lab.plan:plan_on_device"          # (cfg, limits) -> plan
     plan_check: ClassVar[str | None] = None                             # (plan) -> None or refuses
     engine: ClassVar[str] = "sarathi_lab.llm:LLM.from_plan"             # (plan, shared) -> engine
-    # (llm, scheduler) -> (executor, clock) of our engine; None: another engine serves the plan.
+    # (llm, scheduler) -> (executor, clock): our engine's batches; None: another engine serves
+    # the plan (the harness builds it, ``engine``).
     batches: ClassVar[str | None] = "sarathi_lab.llm:model_batches"
     recorder: ClassVar[str] = "sarathi_lab.harness.environment:measured_record"  # (engine, device)
     budgeter: ClassVar[str] = "sarathi_lab.harness.budget:measured_budget"      # (engine) -> source
-    # Its gc generation-0 threshold; None: Python's default (collections' pauses land in the times).
-    gc_gen0_threshold: ClassVar[int | None] = None
 
     @classmethod
     def stages(cls, engine: Any) -> int:
@@ -148,7 +150,6 @@ class Simulator(ExecutorKind):
 class Vllm(ExecutorKind):
     noun = "vLLM's engine"
     engine_label = "vLLM"
-    our_engine = False
     cuda_graphs_mixed = kv_watermark = False
     # vLLM's scheduler with chunked prefill is sarathi_serve's batching; off, it is our vllm.
     schedulers = ("sarathi_serve", "vllm")
@@ -210,11 +211,11 @@ def _takes(honours: bool | tuple | None, value: Any, default: Any) -> bool:
 
 def llm_refusal(name: str) -> str | None:
     """Why ``LLM`` cannot drive ``name``: another engine serves it (through the harness)."""
-    if executor_class(name).our_engine:
+    if executor_class(name).batches is not None:
         return None
     return (f"executor={name!r} is invalid for LLM: {executor_class(name).noun} is served by the "
             f"harness (python -m sarathi_lab.run executor={name}); allowed: "
-            f"{', '.join(executors_with('our_engine'))}")
+            f"{', '.join(executors_with('batches'))}")
 
 
 def sampling_refusal(name: str, temperature: float) -> str | None:
@@ -235,7 +236,7 @@ def stand_in_refusal(name: str, model: str, why: str | None) -> str | None:
 # What a task beyond serving needs: our engine's batches, or (profile) our forwards.
 SERVING_TASKS = ("serve", "capacity")
 TASK_NEEDS = {"profile": ("runs_model", "runs none of our model's forwards")}
-BATCHES_OF_OURS = ("our_engine", "runs no batch of our engine")
+BATCHES_OF_OURS = ("batches", "runs no batch of our engine")
 
 
 def task_refusal(name: str, task: str) -> str | None:

@@ -55,7 +55,7 @@ def test_what_each_executor_honours():
     model, sim, vllm = (executor_class(n) for n in ("model", "sim", "vllm"))
     assert model.tensor_parallel and model.pipeline_parallel and not sim.tensor_parallel and not vllm.tensor_parallel
     assert sim.simulated and not model.simulated and not vllm.simulated
-    assert not vllm.our_engine and model.our_engine and sim.our_engine
+    assert vllm.batches is None and model.batches and sim.batches  # vLLM's engine runs its own
     # vLLM's engine runs the two of our schedulers that are its own, and no other.
     assert set(vllm.schedulers) == set(CHUNKED_PREFILL)
 
@@ -105,7 +105,7 @@ def test_the_record_states_the_layout_that_ran(monkeypatch):
 
 # What a kind is, read outside the registry: each site decides a step of its own caller (above the
 # registry, so not a step the registry could take) from what the kind needs, or labels a recorded run.
-FLAG = re.compile(r"(kind|executor_class\([^)]*\))\.(simulated|our_engine|runs_model|samples|engine_label)\b")
+FLAG = re.compile(r"(kind|executor_class\([^)]*\))\.(simulated|batches|runs_model|samples|engine_label)\b")
 FLAG_READS = {
     "harness/run_recorder.py": 1,  # runs_model: our attention's interpreted kernels make its times unreliable
     "harness/runner.py": 2,        # runs_model: our CPU kernels loaded before `running`; a shared engine's parts
