@@ -125,7 +125,9 @@ def _override_strings(path: Path):
 # The profile step runs task=profile, the simulator's cost table, on each model: no paper experiment.
 NOT_AN_EXPERIMENT = {ROOT / "sarathi_lab" / "measure" / "gpu" / "steps" / "profile.py",
                      # bench sim_speed's workload as a run's overrides: the bench's own, no paper experiment.
-                     ROOT / "sarathi_lab" / "measure" / "sim_check" / "sim_process.py"}
+                     ROOT / "sarathi_lab" / "measure" / "sim_check" / "sim_process.py",
+                     # a measured run rebuilt on the simulator: how it is rerun, not what it ran.
+                     ROOT / "sarathi_lab" / "measure" / "sim_check" / "rebuild.py"}
 
 
 def test_no_python_module_writes_a_paper_experiment_s_overrides():
