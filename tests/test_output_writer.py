@@ -266,3 +266,19 @@ def test_the_chunk_alignment_table_is_refused_before_its_sweeps_where_it_cannot_
     (tmp_path / "dir.csv").mkdir()
     line = _refused(sim_chunk_align.main, ["--out", str(tmp_path / "dir.csv")])
     assert line.startswith(f"error: --out={tmp_path / 'dir.csv'} is invalid: ") and "not a plain file" in line
+
+
+def test_the_cpu_capacity_table_is_written_through_the_writer_or_refused_in_one_line(tmp_path):
+    from sarathi_lab.analysis import capacity_docs
+    from tests.test_capacity_docs import _searches
+
+    runs, docs = _searches(tmp_path / "runs"), tmp_path / "docs"
+    (docs / "capacity").mkdir(parents=True)
+    (docs / "capacity" / capacity_docs.CPU_CSV).write_text("kept\n")
+    line = _refused(capacity_docs.main, [str(runs), "--docs", str(docs)])
+    assert f"{capacity_docs.CPU_CSV} (unknown provenance" in line and "--force replaces it" in line
+    (tmp_path / "a_file").write_text("x\n")
+    line = _refused(capacity_docs.main, [str(runs), "--docs", str(tmp_path / "a_file")])
+    assert "a_file is a file, and it would be written under it" in line
+    assert capacity_docs.tabulate(runs, docs, force=True) == docs / "capacity" / capacity_docs.CPU_CSV
+    assert "measured CPU" in (docs / "capacity" / "provenance.json").read_text()
