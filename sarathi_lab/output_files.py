@@ -67,7 +67,17 @@ def _folder_problem(folder: Path) -> str | None:
     return None
 
 
+def _inside(name: str) -> bool:
+    """A file's name, or its path below the folder ('a100/tp2/x.csv'), never above it."""
+    parts = Path(name).parts
+    return bool(parts) and not Path(name).is_absolute() and not {".", ".."} & set(parts) \
+        and "/".join(parts) == name
+
+
 def _path_problem(path: Path) -> str | None:
+    above = _nearest_existing(path.parent)
+    if not above.is_dir():
+        return f"{above} is a file, and it would be written under it"
     if _written is not None and path in _written:
         return (f"{path} was written by an earlier command of this call: each command needs its "
                 "own file")
@@ -80,8 +90,8 @@ def _path_problem(path: Path) -> str | None:
 
 @dataclass
 class Outputs:
-    """``names``: each file's name in ``folder`` and its provenance; ``given``: the option that set
-    the folder (``--out=...``), as a refusal names it."""
+    """``names``: each file's name in ``folder`` (or its path below it) and its provenance;
+    ``given``: the option that set the folder (``--out=...``), as a refusal names it."""
     folder: Path
     names: Mapping[str, provenance.Provenance]
     given: str = ""
@@ -92,7 +102,7 @@ class Outputs:
     def __post_init__(self) -> None:
         self.folder = Path(self.folder).resolve()
         self.given = self.given or str(self.folder)
-        if bad := next((n for n in self.names if Path(n).name != n or n in (".", "..")), None):
+        if bad := next((n for n in self.names if not _inside(n)), None):
             raise OutputRefused(f"{self.given} is invalid: {bad!r} is no file name in it")
 
     @property
@@ -103,6 +113,9 @@ class Outputs:
         """Before any work: every refusal that can be told now."""
         problem = _folder_problem(self.folder)
         problem = problem or next(filter(None, map(_path_problem, self.paths)), None)
+        problem = problem or next((f"{path.parent} is reached through a link, out of "
+                                   f"{self.folder}" for path in self.paths
+                                   if path.parent.resolve() != path.parent), None)
         if problem is not None:
             raise OutputRefused(f"{self.given} is invalid: {problem}; nothing was written")
         try:

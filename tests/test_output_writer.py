@@ -10,14 +10,17 @@ import errno
 import io
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from sarathi_lab import output_files
 from sarathi_lab.analysis import attribute
 from sarathi_lab.measure import __main__ as measure
-from sarathi_lab.measure.sim_check import sim_pipeline
+from sarathi_lab.measure.gpu import predict
+from sarathi_lab.measure.sim_check import calibration_cli, convert_gpu_kernels, sim_pipeline
 from tests.test_attribution import synthetic_lease
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,3 +150,135 @@ def test_a_disk_filling_up_while_writing_leaves_no_partial_table(tmp_path, monke
         (f"error: --out={out}: cannot write {out / 'pipeline_summary.csv'} (No space left on device); "
         "nothing was written")], err
     assert not out.exists() or not list(out.iterdir())
+
+
+def _vidur(tmp_path: Path) -> list[str]:
+    """A git repository holding one model's vidur profile (TP 1 and 2), and an attention table."""
+    from tests.test_sim_gpu_kernels import _vidur_rows
+
+    repo = tmp_path / "vidur"
+    mlp = repo / "data" / "profiling" / "compute" / "a100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
+    mlp.parent.mkdir(parents=True)
+    pd.concat([_vidur_rows([1, 64]), _vidur_rows([64], tp=2)]).to_csv(mlp, index=False)
+    for git in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit",
+                                               "-qm", "profiles"]):
+        subprocess.run(["git", "-C", str(repo), *git], check=True, capture_output=True)
+    attention = tmp_path / "attention.csv"
+    pd.DataFrame({"kind": ["prefill", "decode"], "batch_size": [1, 8], "prefill_chunk_size": [512, 0],
+                  "kv_cache_size": [1024, 1024], "median_ms": [0.2, 0.1]}).to_csv(attention, index=False)
+    return ["--vidur", str(repo), "--attention", str(attention)]
+
+
+def test_converted_kernel_tables_are_written_at_once_below_the_folder_given(tmp_path):
+    out, vidur = tmp_path / "kernels", _vidur(tmp_path)
+    code, _, err = _run(convert_gpu_kernels.main, [*vidur, "--out", str(out)])
+    assert code == 0, err
+    assert sorted(_files(out)) == ["a100/llama2-7b.csv", "a100/tp2/llama2-7b.csv", "models.csv",
+                                   "provenance.json"]
+    assert "measured GPU: vidur's kernel profiles" in (out / "provenance.json").read_text()
+    code, _, err = _run(convert_gpu_kernels.main, [*vidur, "--out", str(out)])
+    assert code == 0, err  # the same vidur commit again: its own tables, replaced unasked
+
+
+def test_a_converted_table_of_another_provenance_or_through_a_link_is_refused(tmp_path):
+    out, elsewhere = tmp_path / "kernels", tmp_path / "elsewhere"
+    (out / "a100").mkdir(parents=True)
+    (out / "a100" / "llama2-7b.csv").write_text("kept\n")
+    line = _refused(convert_gpu_kernels.main, [*_vidur(tmp_path), "--out", str(out)])
+    assert "a100/llama2-7b.csv (unknown provenance" in line and line.endswith(
+        "--force replaces them; --out DIR writes elsewhere")
+    elsewhere.mkdir()
+    (out / "a100" / "tp2").symlink_to(elsewhere)
+    line = _refused(convert_gpu_kernels.main, [*_vidur(tmp_path / "b"), "--out", str(out), "--force"])
+    assert f"{out / 'a100' / 'tp2'} is reached through a link, out of {out}" in line
+    assert (out / "a100" / "llama2-7b.csv").read_text() == "kept\n" and not list(elsewhere.iterdir())
+
+
+def test_a_converter_given_no_vidur_profiles_is_refused_in_one_line(tmp_path):
+    args = _vidur(tmp_path)
+    args[1] = str(tmp_path)  # no git repository
+    line = _refused(convert_gpu_kernels.main, [*args, "--out", str(tmp_path / "out")])
+    assert line.startswith(f"error: --vidur={tmp_path} is invalid: its HEAD holds no ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_calibration_writes_device_files_where_asked_and_keeps_another_s(tmp_path, monkeypatch):
+    out = tmp_path / "devices"
+    out.mkdir()
+    (out / "a100.yaml").write_text("kept\n")
+    line = _refused(calibration_cli.main, ["--out", str(out)])
+    assert "a100.yaml (unknown provenance" in line and (out / "a100.yaml").read_text() == "kept\n"
+    code, _, err = _run(calibration_cli.main, ["--out", str(out), "--force"])
+    assert code == 0, err
+    for name in ("a100.yaml", "h100.yaml"):  # the committed device files, as committed
+        assert (out / name).read_bytes() == (calibration_cli.DEVICES_DIR / name).read_bytes()
+    code, _, err = _run(calibration_cli.main, ["--out", str(out)])
+    assert code == 0, err  # its own files, of the same leases: replaced unasked
+    monkeypatch.setattr(calibration_cli, "calibrations", lambda: pytest.fail("fitted"))
+    (tmp_path / "a_file").write_text("x\n")
+    line = _refused(calibration_cli.main, ["--out", str(tmp_path / "a_file" / "devices")])
+    assert "a_file is a file, and it would be written under it" in line
+
+
+def _predicted(steps, devices, cost_models, work):
+    return pd.DataFrame([{"step": "paper.capacity", "device": d, "cost_model": c, "job": 0,
+                          "serving_s": 1.0} for d in devices for c in cost_models])
+
+
+def test_predictions_are_refused_before_the_simulation_over_a_table_of_another_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict, "predict", lambda *a: pytest.fail("simulated"))
+    at = predict.engine_code.short_commit() or "unknown"
+    (tmp_path / f"predictions_h200_{at}.csv").write_text("kept\n")
+    line = _refused(predict.main, ["--devices", "h100,h200", "--out", str(tmp_path)])
+    assert f"predictions_h200_{at}.csv (unknown provenance" in line
+    (tmp_path / "a_file").write_text("x\n")
+    line = _refused(predict.main, ["--out", str(tmp_path / "a_file")])
+    assert "a_file is a file, not a folder" in line
+    monkeypatch.setattr(predict, "predict", _predicted)
+    code, out, err = _run(predict.main, ["--devices", "h100,h200", "--out", str(tmp_path), "--force"])
+    assert code == 0, err
+    assert f"wrote {tmp_path / f'predictions_h100_{at}.csv'}" in out
+    assert "simulated H200 (profile, calibrated)" in (tmp_path / "provenance.json").read_text()
+
+
+def test_the_versus_vllm_figure_and_claims_are_written_together_or_refused_before_drawing(tmp_path, monkeypatch):
+    from sarathi_lab.analysis import versus_vllm
+    from tests.test_versus_vllm import TBT, _runs
+
+    monkeypatch.setattr(versus_vllm, "load_runs", lambda root: _runs(TBT))
+    docs = tmp_path / "docs"
+    code, _, err = _run(versus_vllm.main, [str(tmp_path), "--docs", str(docs)])
+    assert code == 0, err
+    assert sorted(_files(docs / "figures")) == ["provenance.json", "versus_vllm.png",
+                                                "versus_vllm_claims.csv"]
+    (docs / "figures" / "versus_vllm_claims.csv").write_text("kept\n")
+    (docs / "figures" / "provenance.json").unlink()
+    monkeypatch.setattr(versus_vllm, "figure", lambda runs: pytest.fail("drawn"))
+    line = _refused(versus_vllm.main, [str(tmp_path), "--docs", str(docs)])
+    assert "would replace 2 file(s)" in line and "--docs DIR writes into another folder" in line
+    assert (docs / "figures" / "versus_vllm_claims.csv").read_text() == "kept\n"
+
+
+def test_the_chunk_alignment_table_is_refused_before_its_sweeps_where_it_cannot_be_written(tmp_path, monkeypatch):
+    from sarathi_lab.measure.sim_check import sim_chunk_align
+
+    monkeypatch.setattr(sim_chunk_align, "run_sims", lambda root: pytest.fail("swept"))
+    (tmp_path / "dir.csv").mkdir()
+    line = _refused(sim_chunk_align.main, ["--out", str(tmp_path / "dir.csv")])
+    assert line.startswith(f"error: --out={tmp_path / 'dir.csv'} is invalid: ") and "not a plain file" in line
+
+
+def test_the_cpu_capacity_table_is_written_through_the_writer_or_refused_in_one_line(tmp_path):
+    from sarathi_lab.analysis import capacity_docs
+    from tests.test_capacity_docs import _searches
+
+    runs, docs = _searches(tmp_path / "runs"), tmp_path / "docs"
+    (docs / "capacity").mkdir(parents=True)
+    (docs / "capacity" / capacity_docs.CPU_CSV).write_text("kept\n")
+    line = _refused(capacity_docs.main, [str(runs), "--docs", str(docs)])
+    assert f"{capacity_docs.CPU_CSV} (unknown provenance" in line and "--force replaces it" in line
+    (tmp_path / "a_file").write_text("x\n")
+    line = _refused(capacity_docs.main, [str(runs), "--docs", str(tmp_path / "a_file")])
+    assert "a_file is a file, and it would be written under it" in line
+    assert capacity_docs.tabulate(runs, docs, force=True) == docs / "capacity" / capacity_docs.CPU_CSV
+    assert "measured CPU" in (docs / "capacity" / "provenance.json").read_text()

@@ -1,6 +1,7 @@
 """Spawned ranks' lives tied to the driver's, both ways, with real processes: scripts read on stdin
 or without a `__main__` guard run (their ranks died as they started and the driver waited for its
-join timeout); a rank that dies while the ranks join ends the start at once with a line naming it;
+join timeout); a rank that dies while the ranks join ends the start at once with a line naming it,
+one that hangs (stopped) within 10 s;
 the driver's SIGKILL ends its ranks; SIGINT and SIGTERM end a parallel run at once, with its
 partial records and no rank's traceback. Every wait is bounded: a regression fails, never hangs."""
 from __future__ import annotations
@@ -73,6 +74,33 @@ def test_a_rank_that_dies_while_the_ranks_join_ends_the_start_with_a_line_naming
     assert driver._ranks is None
     monkeypatch.undo()
     try:  # nothing of the failed start is left waiting: the next one joins
+        assert driver.ranks(2).size == 2
+    finally:
+        driver.close()
+
+
+def test_a_rank_that_hangs_before_it_started_ends_the_start_within_10_s(monkeypatch):
+    # The driver waited for the join timeout (five minutes; here bounded at two).
+    for module in (group, spawn):
+        monkeypatch.setattr(module, "JOIN_TIMEOUT_S", 120.0)
+    started, stopped = spawn.start, []
+
+    def start_and_stop(size, port):
+        processes = started(size, port)
+        os.kill(processes[0].pid, signal.SIGSTOP)  # rank 1: alive, never answering
+        stopped.append(time.monotonic())
+        return processes
+
+    monkeypatch.setattr(spawn, "start", start_and_stop)
+    driver.close()  # a group of 2 left by an earlier test in this process would be reused
+    named = (r"^2 ranks: rank 1 used no CPU for 5 s before it started \(it hangs: stopped, or "
+             r"blocked on a lock or a read\), so the run stops$")
+    with pytest.raises(RuntimeError, match=named):
+        driver.ranks(2)
+    assert time.monotonic() - stopped[0] < 10
+    assert driver._ranks is None
+    monkeypatch.undo()
+    try:  # the stopped rank was ended with the start: the next one joins
         assert driver.ranks(2).size == 2
     finally:
         driver.close()

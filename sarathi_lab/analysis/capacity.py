@@ -90,10 +90,14 @@ def compact(searches: pd.DataFrame) -> pd.DataFrame:
                                           "token_budget"]).reset_index(drop=True)
 
 
-def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
+def csv_text(table: pd.DataFrame) -> str:
     """Six significant digits: read by people and diffs, not re-analysed."""
+    return table.to_csv(index=False, float_format="%g")
+
+
+def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False, float_format="%g")
+    Path(path).write_text(csv_text(table))
     return Path(path)
 
 

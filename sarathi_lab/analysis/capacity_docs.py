@@ -15,7 +15,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from sarathi_lab import cli_args, code_commit, provenance
+from sarathi_lab import cli_args, code_commit, output_files, provenance
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.figures import save
@@ -84,11 +84,12 @@ def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False)
                                  "+".join(sorted(set(map(str, searches.device_name)))),
                                  commit=provenance.UNRECORDED,
                                  writer="python -m sarathi_lab.analysis.capacity_docs")
-    provenance.check({path: prov}, force,
-                     "--force replaces it; --docs DIR writes into another folder")
-    written = capacity.write_csv(capacity.compact(searches), path)
-    provenance.record({path: prov})
-    return written
+    out = output_files.Outputs(path.parent, {path.name: prov}, given=f"--docs={docs}",
+                               force=force,
+                               how="--force replaces it; --docs DIR writes into another folder")
+    out.check()
+    out.add(path.name, capacity.csv_text(capacity.compact(searches)))
+    return out.write()[0]
 
 
 def tabulate_simulated(sweep: str | Path, docs: str | Path) -> Path | None:
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         check_tables(args.docs)
         written = [tabulate(args.multirun, args.docs, args.force)] if args.multirun else []
         written += refresh(args.docs)
-    except (provenance.ReplaceRefused, TableError) as e:
+    except (provenance.ReplaceRefused, output_files.OutputRefused, TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, written)))
 

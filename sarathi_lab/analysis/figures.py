@@ -1,6 +1,7 @@
 """What every paper figure shares: style, headline and sources."""
 from __future__ import annotations
 
+import io
 import numbers
 from pathlib import Path
 
@@ -86,11 +87,17 @@ def plain_log_ticks(axis) -> None:
                                                    else ""))
 
 
-def save(fig, root: str | Path, name: str) -> Path:
+def png(fig) -> bytes:
     """Small enough to keep in the repository's docs."""
+    data = io.BytesIO()
+    fig.savefig(data, format="png", dpi=90, bbox_inches="tight")
+    return data.getvalue()
+
+
+def save(fig, root: str | Path, name: str) -> Path:
     path = Path(root) / "figures" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90, bbox_inches="tight")
+    path.write_bytes(png(fig))
     return path
 
 

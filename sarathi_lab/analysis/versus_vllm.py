@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import claims, paper
 from sarathi_lab.analysis.claims import claim_row, shown, unless_missing
 from sarathi_lab.analysis.verdict import meets
@@ -177,15 +177,16 @@ def publish(root: str | Path, docs: str | Path = "docs", force: bool = False) ->
     row = _row_provenance(runs)
     prov = Provenance(" + ".join(sorted(runs.source.dropna().unique())), scale(runs),
                       row["machine"], commit=row["commit"], writer=WRITER)
-    planned = {folder / f"{NAME}.png": prov, folder / f"{NAME}_claims.csv": prov}
-    provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
+    out = output_files.Outputs(folder, {f"{NAME}.png": prov, f"{NAME}_claims.csv": prov},
+                               given=f"--docs={docs}", force=force,
+                               how="--force replaces them; --docs DIR writes into another folder")
+    out.check()
     fig = figure(runs)
-    figures.save(fig, docs, NAME)
+    out.add(f"{NAME}.png", figures.png(fig))
     plt.close(fig)
     table = pd.DataFrame(claims_rows(runs)).reindex(columns=claims.COLUMNS)
-    table.to_csv(folder / f"{NAME}_claims.csv", index=False)
-    provenance.record(planned)
-    return list(planned)
+    out.add(f"{NAME}_claims.csv", table.to_csv(index=False))
+    return out.write()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"root {args.root!r} is invalid: no such directory")
     try:
         print("\n".join(map(str, publish(args.root, args.docs, args.force))))
-    except (NoRuns, provenance.ReplaceRefused) as e:
+    except (NoRuns, output_files.OutputRefused) as e:
         parser.error(str(e))
 
 

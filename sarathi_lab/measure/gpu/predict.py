@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab import cli_args
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.config import REPO_ROOT, ConfigError
 from sarathi_lab.harness.results import METRICS, read_record
 from sarathi_lab.measure.gpu import engine_code
@@ -90,6 +90,17 @@ def step_totals(table: pd.DataFrame) -> pd.DataFrame:
             .agg(jobs=("job", "size"), serving_s=("serving_s", "sum")).reset_index())
 
 
+def outputs(args: argparse.Namespace, devices: list[str]) -> output_files.Outputs:
+    """A table per simulated chip, named for the engine's commit, which its provenance holds."""
+    at = engine_code.short_commit() or "unknown"
+    made = {device: provenance.Provenance(
+        f"simulated {device.upper()} ({args.cost_models.replace(',', ', ')})", args.steps,
+        commit=at, writer="python -m sarathi_lab.measure.gpu.predict") for device in devices}
+    return output_files.Outputs(args.out, {f"predictions_{d}_{at}.csv": made[d] for d in devices},
+                                given=f"--out={args.out}", force=args.force,
+                                how="--force replaces them; --out DIR writes elsewhere")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog="python -m sarathi_lab.measure.gpu.predict",
                              description=__doc__.split("\n\n")[0],
@@ -103,19 +114,26 @@ def main(argv: list[str] | None = None) -> None:
                         help="where the CSVs go")
     parser.add_argument("--work", type=Path, default=None,
                         help="the simulated runs (default: a temporary folder)")
+    parser.add_argument("--force", action="store_true", help="replace tables another run wrote")
     args = parser.parse_args(argv)
+    devices = list(dict.fromkeys(args.devices.split(",")))
+    cost_models = args.cost_models.split(",")
     try:
         steps = select(args.steps)
+        out = outputs(args, devices)
+        out.check()
     except ValueError as e:
         parser.error(str(e))
-    devices, cost_models = args.devices.split(","), args.cost_models.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         table = predict(steps, devices, cost_models, args.work or Path(tmp))
-    args.out.mkdir(parents=True, exist_ok=True)
-    at = engine_code.short_commit() or "unknown"
+    names = dict(zip(devices, out.names))
     for device, rows in table.groupby("device", sort=False):
-        path = args.out / f"predictions_{device}_{at}.csv"
-        rows.to_csv(path, index=False, float_format="%.4g")
+        out.add(names[device], rows.to_csv(index=False, float_format="%.4g"))
+    try:
+        written = out.write()
+    except ValueError as e:
+        parser.error(str(e))
+    for path in written:
         print(f"wrote {path}")
     print(step_totals(table).to_string(index=False, float_format=lambda v: f"{v:.0f}"))
     print("(GPU jobs as each step's overlay, experiment=gpu/NAME, sets them; simulated instead)")

@@ -1,15 +1,16 @@
 """``python -m sarathi_lab.measure.sim_check.calibration_cli``: fits every measured GPU's
 calibration (calibration.fit; refitted by calibration.fit_lease to the newest GPU lease's kernel
-tables) and writes it into its device file, keeping everything above the marker line as written."""
+tables) and writes it into its device file, keeping everything above the marker line as written
+(``--out DIR``: the device files written there instead)."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.sim_check.convert_gpu_kernels import kept_tokens
 from sarathi_lab.model import load_config
@@ -110,13 +111,34 @@ def as_yaml(cal: Calibration, device: str) -> str:
                                  default_flow_style=None, sort_keys=False, width=110)
 
 
+def outputs(cals: dict[str, Calibration], out: Path, force: bool) -> output_files.Outputs:
+    """A device file fitted to another lease (or to none) is replaced only with --force."""
+    made = {f"{device}.yaml": provenance.Provenance(
+        "computed: calibration fitted to measured GPU kernels",
+        lease=next((f.split()[1] for f in cal.fitted_from if f.startswith("lease ")), ""),
+        writer="python -m sarathi_lab.measure.sim_check.calibration_cli")
+        for device, cal in cals.items()}
+    return output_files.Outputs(out, made, given=f"--out={out}", force=force,
+                                how="--force replaces them; --out DIR writes elsewhere")
+
+
 def main(argv: list[str] | None = None) -> None:
-    argparse.ArgumentParser(description=__doc__).parse_args(argv)
-    for device, cal in calibrations().items():
-        path = DEVICES_DIR / f"{device}.yaml"
-        path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n"
-                        + as_yaml(cal, device))
-        print(f"wrote {path}")
+    p = cli_args.Parser(description=__doc__)
+    p.add_argument("--out", type=Path, default=DEVICES_DIR, help="where the device files go")
+    p.add_argument("--force", action="store_true",
+                   help="replace device files of another provenance")
+    args = p.parse_args(argv)
+    try:
+        output_files.Outputs(args.out, {}, given=f"--out={args.out}").check()
+        cals = calibrations()
+        out = outputs(cals, args.out, args.force)
+        for device, cal in cals.items():
+            head = (DEVICES_DIR / f"{device}.yaml").read_text().split(MARKER)[0].rstrip("\n")
+            out.add(f"{device}.yaml", head + "\n" + as_yaml(cal, device))
+        for path in out.write():
+            print(f"wrote {path}")
+    except ValueError as e:
+        p.error(str(e))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.profile_model import COLUMNS
 
@@ -26,6 +27,7 @@ MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32),
           "internlm/internlm-20b": ("internlm-20b", 60), "Qwen/Qwen-72B": ("qwen-72b", 80),
           "microsoft/phi-2": ("phi-2", 32), "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32),
           "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
+WRITER = "python -m sarathi_lab.measure.sim_check.convert_gpu_kernels"
 DEVICES = ("a100", "h100", "a40")
 # A DGX, whose every GPU pair is on NVLink (data/gpu_kernels/README.md).
 ALL_REDUCE_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}
@@ -94,45 +96,79 @@ def _git_csv(git_dir: Path, path: str) -> pd.DataFrame | None:
     return pd.read_csv(StringIO(done.stdout)) if done.returncode == 0 else None
 
 
-def write(table: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table.sort_values(list(COLUMNS[:4])).to_csv(path, index=False, float_format="%.4g")
+def _head(git_dir: Path) -> str:
+    done = subprocess.run(["git", "-C", str(git_dir), "rev-parse", "--short=7", "HEAD"],
+                          check=False, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vidur", type=Path, required=True,
-                   help="a clone (or bare git dir) of microsoft/vidur")
-    p.add_argument("--attention", type=Path, required=True, help="a100_llama2_7b_attention.csv")
-    p.add_argument("--out", type=Path, default=DATA_DIR)
-    args = p.parse_args(argv)
-    shapes = []
+def _kernels(table: pd.DataFrame) -> str:
+    return table.sort_values(list(COLUMNS[:4])).to_csv(index=False, float_format="%.4g")
+
+
+def converted(vidur: Path, attention: Path) -> dict[str, str]:
+    """Each table's text by its path under the kernel tables' folder."""
+    out, shapes = {}, []
     for device in DEVICES:
         for vidur_name, (name, layers) in MODELS.items():
-            raw = _git_csv(args.vidur, f"data/profiling/compute/{device}/{vidur_name}/mlp.csv")
+            raw = _git_csv(vidur, f"data/profiling/compute/{device}/{vidur_name}/mlp.csv")
             if raw is None:
                 continue
             table = convert_mlp(raw)
             if (device, name) == ("a100", "llama2-7b"):
-                table = pd.concat([table, convert_attention(pd.read_csv(args.attention))],
+                table = pd.concat([table, convert_attention(pd.read_csv(attention))],
                                   ignore_index=True)
-            write(table, args.out / device / f"{name}.csv")
+            out[f"{device}/{name}.csv"] = _kernels(table)
             shape = {ours: raw.iloc[0][theirs] for theirs, ours in SHAPE_COLUMNS.items()}
             shapes.append({"model": name, "layers": layers} | shape)
             print(f"{device}/{name}: {len(table)} rows")
             for tp in SHARD_TPS:
                 if (raw.num_tensor_parallel_workers == tp).any():
-                    write(convert_mlp(raw, tp), args.out / device / f"tp{tp}" / f"{name}.csv")
+                    out[f"{device}/tp{tp}/{name}.csv"] = _kernels(convert_mlp(raw, tp))
+    if not shapes:
+        return {}
     shapes = pd.DataFrame(shapes).astype({"gated": bool})
-    shapes.drop_duplicates("model").to_csv(args.out / "models.csv", index=False)
-    raws = {device: _git_csv(args.vidur, f"data/profiling/network/{node}/all_reduce.csv")
+    out["models.csv"] = shapes.drop_duplicates("model").to_csv(index=False)
+    raws = {device: _git_csv(vidur, f"data/profiling/network/{node}/all_reduce.csv")
             for device, node in ALL_REDUCE_NODES.items()}
     reduces = [convert_all_reduce(raw, device) for device, raw in raws.items() if raw is not None]
     if reduces:
         table = pd.concat(reduces, ignore_index=True).sort_values(list(ALL_REDUCE_COLUMNS[:3]))
-        table.to_csv(args.out / "all_reduce.csv", index=False, float_format="%.4g")
+        out["all_reduce.csv"] = table.to_csv(index=False, float_format="%.4g")
         print(f"all_reduce: {len(table)} rows")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = cli_args.Parser(description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vidur", type=Path, required=True,
+                   help="a clone (or bare git dir) of microsoft/vidur")
+    p.add_argument("--attention", type=Path, required=True, help="a100_llama2_7b_attention.csv")
+    p.add_argument("--out", type=Path, default=DATA_DIR)
+    p.add_argument("--force", action="store_true", help="replace tables of another provenance")
+    args = p.parse_args(argv)
+    if not args.attention.is_file():
+        p.error(f"--attention={args.attention} is invalid: no such file")
+    made = provenance.Provenance("measured GPU: vidur's kernel profiles, converted",
+                                 commit=_head(args.vidur), writer=WRITER)
+    given, how = f"--out={args.out}", "--force replaces them; --out DIR writes elsewhere"
+    try:
+        output_files.Outputs(args.out, {}, given=given).check()
+        texts = converted(args.vidur, args.attention)
+        if not texts:
+            p.error(f"--vidur={args.vidur} is invalid: its HEAD holds no "
+                    "data/profiling/compute/<device>/<model>/mlp.csv of a model converted here")
+        out = output_files.Outputs(args.out, dict.fromkeys(texts, made), given=given,
+                                   force=args.force, how=how)
+        for name, text in texts.items():
+            out.add(name, text)
+        out.write()
+    except ValueError as e:
+        p.error(str(e))
+    except (KeyError, AttributeError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        p.error(f"--vidur={args.vidur} or --attention={args.attention} is invalid: a table lacks "
+                f"what is converted ({type(e).__name__}: {e})")
 
 
 if __name__ == "__main__":

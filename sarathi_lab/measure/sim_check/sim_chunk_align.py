@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.paper_results.orca_compare import ALIGNED
 from sarathi_lab.analysis.runs import Results
@@ -97,6 +97,19 @@ def table(results: Results) -> pd.DataFrame:
     return pd.DataFrame(pd_ratio_rows(results) + orca_compare_rows(results), columns=columns)
 
 
+def _outputs(p: cli_args.Parser, args, source: str) -> output_files.Outputs:
+    """--out's table, checked: another command's is replaced only with --force."""
+    made = provenance.Provenance(source, scale="full", writer=WRITER)
+    out = output_files.Outputs(args.out.parent, {args.out.name: made}, given=f"--out={args.out}",
+                               force=args.force,
+                               how="--force replaces it; --out FILE writes elsewhere")
+    try:
+        out.check()
+    except ValueError as e:
+        p.error(str(e))
+    return out
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = cli_args.Parser(prog=WRITER, description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=Path, help="a results root holding both simulated sweeps "
@@ -104,29 +117,27 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--force", action="store_true", help="replace a table another command wrote")
     args = p.parse_args(argv)
-    how = "--force replaces it; --out FILE writes elsewhere"
     with tempfile.TemporaryDirectory(prefix="sim_chunk_align-") as scratch:
         root = args.runs or Path(scratch)
         if args.runs is None:
-            # Refused before the sweeps run, on the source they will record.
-            provenance.check_or_refuse(p, {args.out: provenance.Provenance(
-                planned_source(), scale="full", writer=WRITER)}, args.force, how)
+            _outputs(p, args, planned_source())  # before the sweeps, on the source they record
             run_sims(root)
         results = Results(root)
         if missing := [n for n in EXPERIMENTS if n in results.missing()]:
             p.error(f"--runs={root} is invalid: it holds no finished run of {', '.join(missing)}")
         source = " / ".join(sorted({results.source(n) for n in EXPERIMENTS}))
-        prov = provenance.Provenance(source, scale="full", writer=WRITER)
-        provenance.check_or_refuse(p, {args.out: prov}, args.force, how)
-        out = table(results)
+        out = _outputs(p, args, source)
+        found = table(results)
     pd.set_option("display.width", 160)
     print(f"How far each headline moves with the chunk alignment ({source}; moves: tile-aligned "
           "minus fixed):")
-    print(out.round(3).to_string(index=False))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    out.to_csv(args.out, index=False, float_format="%.4g")
-    provenance.record({args.out: prov})
-    return out
+    print(found.round(3).to_string(index=False))
+    out.add(args.out.name, found.to_csv(index=False, float_format="%.4g"))
+    try:
+        out.write()
+    except ValueError as e:
+        p.error(str(e))
+    return found
 
 
 if __name__ == "__main__":

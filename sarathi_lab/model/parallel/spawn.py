@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -17,8 +18,11 @@ from sarathi_lab.model.parallel.group import JOIN_TIMEOUT_S, LOOPBACK, RankGroup
 from sarathi_lab.model.parallel.worker import serve
 
 POLL_S = 0.2
-# The store's counter of ranks started and about to join.
+# The store's key, per rank, of a rank started and about to join.
 READY = "sarathi/ready"
+# A starting rank imports (torch, the engine) and so keeps a CPU busy: one whose CPU time stands
+# still this long before it started hangs (stopped, or blocked on a lock or a read).
+STALL_S = 5.0
 
 
 def start(size: int, port: int) -> list:
@@ -66,7 +70,7 @@ def rank_main(rank: int, size: int, port: int) -> None:
                      daemon=True).start()
     try:
         store = _store(port, size, master=False)
-        store.add(READY, 1)
+        store.set(_ready(rank), "1")
         serve(join(rank, size, store=store))
     except Exception:
         if not driver.is_alive():
@@ -89,24 +93,69 @@ def _leave_with(driver) -> None:
     os._exit(1)
 
 
+def _ready(rank: int) -> str:
+    return f"{READY}/{rank}"
+
+
 def join_spawned(processes: list, size: int, port: int) -> RankGroup:
-    """Watching the ranks until all are ready: a dead one would hold the join to JOIN_TIMEOUT_S."""
+    """Watching the ranks until all are ready: a dead or hung one would hold the join to
+    JOIN_TIMEOUT_S."""
     spawned = RankGroup(0, size, 0, None, processes)
     try:
         store = _store(port, size, master=True)
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
-        while store.add(READY, 0) < size - 1:
-            if dead := spawned.dead_ranks():
-                raise RuntimeError(died_joining(size, dead))
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{size} ranks: not all started within {JOIN_TIMEOUT_S:g} s")
-            time.sleep(POLL_S)  # where Ctrl-C lands, ending the ranks below
+        _wait_started(spawned, store)
         group = join(0, size, store=store)
     except BaseException:
         kill(processes)  # a rank left behind would wait for the driver to join
         raise
     group.processes = processes
     return group
+
+
+def _wait_started(spawned: RankGroup, store) -> None:
+    deadline, stalls = time.monotonic() + JOIN_TIMEOUT_S, _Stalls(spawned.processes)
+    while waiting := [r for r in range(1, spawned.size) if not store.check([_ready(r)])]:
+        if dead := spawned.dead_ranks():
+            raise RuntimeError(died_joining(spawned.size, dead))
+        if hung := stalls.of(waiting):
+            raise RuntimeError(f"{spawned.size} ranks: " + ", ".join(f"rank {r}" for r in hung)
+                               + f" used no CPU for {STALL_S:g} s before it started (it hangs: "
+                               "stopped, or blocked on a lock or a read), so the run stops")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{spawned.size} ranks: "
+                               + ", ".join(f"rank {r}" for r in waiting)
+                               + f" not started within {JOIN_TIMEOUT_S:g} s, so the run stops")
+        time.sleep(POLL_S)  # where Ctrl-C lands, ending the ranks below
+
+
+class _Stalls:
+    """Each starting rank's CPU time (Linux's /proc; elsewhere none is told) and since when."""
+
+    def __init__(self, processes: list) -> None:
+        self.processes = processes
+        self.seen: dict[int, tuple[int, float]] = {}
+
+    def of(self, ranks: list[int]) -> list[int]:
+        now, hung = time.monotonic(), []
+        for rank in ranks:
+            ticks = _cpu_ticks(self.processes[rank - 1].pid)
+            if ticks is None:
+                continue
+            last = self.seen.get(rank)
+            if last is None or last[0] != ticks:
+                self.seen[rank] = (ticks, now)
+            elif now - last[1] >= STALL_S:
+                hung.append(rank)
+        return hung
+
+
+def _cpu_ticks(pid: int | None) -> int | None:
+    """User and system time, in clock ticks."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 # Sent by the watch below to the driver's main thread, whose handler raises RankDied.
