@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sarathi_lab.refusal import SETTING
+from sarathi_lab.refusal import AS_WRITTEN, ConfigError, Key, Words, Written
 
 _REGISTRY: dict[str, type[ExecutorKind]] = {}
 
@@ -108,7 +108,7 @@ CAPABILITIES = (
 
 
 def unhonoured(name: str, settings: dict[str, Any],
-               defaults: dict[str, Any]) -> tuple[str, str, str] | None:
+               defaults: dict[str, Any]) -> tuple[str, str, Words] | None:
     """(setting, why, allowed) of the first setting ``name`` cannot honour, with who would."""
     kind = executor_class(name)
     for cap in CAPABILITIES:
@@ -120,7 +120,7 @@ def unhonoured(name: str, settings: dict[str, Any],
         others = [n for n, c in _REGISTRY.items()
                   if _takes(getattr(c, cap.attribute), value, default)]
 
-        elsewhere = f" (or {SETTING('executor')}={', '.join(others)})" if others else ""
+        elsewhere = " (or " + Key("executor") + f"={', '.join(others)})" if others else ""
         return cap.setting, f"{kind.noun} {cap.lacks}", allowed + elsewhere
     return None
 
@@ -138,12 +138,13 @@ TASK_NEEDS = {"profile": ("runs_model", "runs none of our model's forwards")}
 BATCHES_OF_OURS = ("our_engine", "runs no batch of our engine")
 
 
-def task_refusal(name: str, task: str) -> str | None:
+def task_refusal(name: str, task: str) -> ConfigError | None:
     need, lacks = TASK_NEEDS.get(task, BATCHES_OF_OURS)
     if task in SERVING_TASKS or getattr(executor_class(name), need):
         return None
     can = ", ".join(executors_with(need))
     serving = "" if task in TASK_NEEDS else f", or task={', '.join(SERVING_TASKS)}"
-    return (f"task={task} is invalid with executor={name}: {executor_class(name).noun} {lacks}; "
-            f"allowed: executor={can}" + serving)
+    return ConfigError("task", Written(task),
+                       f"is invalid with executor={name}: {executor_class(name).noun} {lacks}",
+                       f"executor={can}" + serving, keys=AS_WRITTEN)
 

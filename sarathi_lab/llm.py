@@ -63,10 +63,10 @@ class LLM:
         self.kind = kind = executor_class(cfg.executor)
         # The harness serves another engine: LLM would run ours instead.
         if not kind.our_engine:
-            raise ConfigError(f"executor={cfg.executor!r} is invalid for LLM: {kind.noun} is "
+            raise ConfigError("executor", cfg.executor, f"is invalid for LLM: {kind.noun} is "
                               "served by the harness (python -m sarathi_lab.run "
-                              f"executor={cfg.executor}); allowed: "
-                              f"{', '.join(executors_with('our_engine'))}")
+                              f"executor={cfg.executor})", ", ".join(executors_with("our_engine")),
+                              keys=AS_WRITTEN)
         if cfg.num_threads is not None:
             import torch
 
@@ -206,8 +206,8 @@ class LLM:
         executor = self.engine.executor
         runner = getattr(executor, "runner", None)
         if runner is None or self.config.world_size > 1:
-            raise ConfigError(f"attention_hybrid={hybrid!r} cannot be switched on this engine: "
-                              "only a single-process model executor's")
+            raise ConfigError("attention_hybrid", hybrid, "cannot be switched on this engine: "
+                              "only a single-process model executor's", keys=AS_WRITTEN)
         backend = runner.model.backend
         check_attention_hybrid(hybrid, backend.name)
         backend.hybrid = hybrid
@@ -243,9 +243,9 @@ class LLM:
             if not isinstance(sampling, SamplingParams):
                 raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
             if sampling.temperature and not self.kind.samples:
-                raise ConfigError(f"sampling.temperature={sampling.temperature} is invalid with "
+                raise ConfigError("sampling.temperature", sampling.temperature, "is invalid with "
                                   f"executor={self.config.executor!r}: {self.kind.noun} predicts "
-                                  "times, not tokens; allowed: 0")
+                                  "times, not tokens", "0", keys=AS_WRITTEN)
             token_lists = inputs.prompts_as_lists(prompts)
             n = len(token_lists)
             new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
