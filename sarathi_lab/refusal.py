@@ -64,14 +64,11 @@ class _Joins:
         return self.written(AS_WRITTEN)
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True)
 class Key(_Joins):
     """A setting named in a refusal's text, ``setting=value`` where it has a value."""
     setting: str
     value: Any = UNSET
-
-    def __repr__(self) -> str:
-        return f"Key({self.setting!r}, {self.value!r})"
 
     def written(self, keys: Naming) -> str:
         name = keys(self.setting)
@@ -81,13 +78,10 @@ class Key(_Joins):
         return replace(self, setting=fields.get(self.setting, self.setting))
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True)
 class Text(_Joins):
     """Words and the settings they name, which the edge writes as the user's keys."""
     parts: tuple[str | Key, ...]
-
-    def __repr__(self) -> str:
-        return f"Text({self.parts!r})"
 
     def written(self, keys: Naming) -> str:
         return "".join(p if isinstance(p, str) else p.written(keys) for p in self.parts)
