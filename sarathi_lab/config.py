@@ -6,13 +6,24 @@ import math
 import numbers
 import re
 import types
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from sarathi_lab.executors import ExecutorKind, executor_class, executor_names, unhonoured
-from sarathi_lab.refusal import SETTING, ConfigError, as_written, named_as, render  # noqa: F401
+from sarathi_lab.refusal import (  # noqa: F401
+    AS_WRITTEN,
+    UNSET,
+    ConfigError,
+    Key,
+    Naming,
+    Text,
+    Words,
+    Written,
+    marked_as,
+    named_as,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
@@ -47,17 +58,10 @@ class Keys:
             return self.names[setting]
         return (self.prefix if setting in ENGINE_FIELDS else self.knob_prefix) + setting
 
-    def set(self, setting: str, value: Any) -> str:
-        return self._at(setting, repr(value))
-
-    def _at(self, setting: str, shown: str) -> str:
-        return f"{self(setting)}={self.shown.get(setting, shown)}"
-
-    def render(self, text: str) -> str:
-        return render(text, self, self._at)
+    def show(self, setting: str, value: Any) -> str:
+        return self.shown.get(setting, repr(value))
 
 
-AS_WRITTEN = Keys()
 
 
 def settings_of(cls: type) -> list[dataclasses.Field]:
@@ -102,35 +106,35 @@ class EngineConfig:
     collective_timeout_s: float = 120.0
 
     def __post_init__(self):
-        k = SETTING
-        check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"),
-                     keys=k)
+        check_fields(self, positive=True, zero_ok=("warmup_iters",), skip=("seed", "kv_watermark"))
         if not 0 <= self.seed <= MAX_SEED:
-            raise ConfigError(f"{k.set('seed', self.seed)} is invalid: must be in [0, 2**64 - 1]")
+            raise ConfigError("seed", self.seed, "is invalid: must be in [0, 2**64 - 1]")
         if not 0 <= self.kv_watermark <= MAX_KV_WATERMARK:
-            raise ConfigError(f"{k.set('kv_watermark', self.kv_watermark)} is invalid: must be "
-                              f"in [0, {MAX_KV_WATERMARK}] (the share of the KV cache admission "
-                              f"leaves free; vLLM's is {KV_WATERMARK})")
+            raise ConfigError("kv_watermark", self.kv_watermark,
+                              f"is invalid: must be in [0, {MAX_KV_WATERMARK}] (the share of the "
+                              f"KV cache admission leaves free; vLLM's is {KV_WATERMARK})")
         if bad := unhonoured(self.executor, vars(self), ENGINE_DEFAULTS):
             setting, why, allowed = bad
-            raise ConfigError(f"{k.set(setting, getattr(self, setting))} is invalid with "
-                              f"{k.set('executor', self.executor)}: {why}; allowed: {allowed}")
+            raise ConfigError(setting, getattr(self, setting),
+                              "is invalid with " + Key("executor", self.executor) + f": {why}",
+                              allowed)
         if self.kind.simulated:
-            cost = k('sim_cost_model')
+            cost = Key("sim_cost_model", "profile")
             if self.sim_pp > 1 and self.sim_cost_model == "profile":
-                raise ConfigError(f"{k.set('sim_pp', self.sim_pp)} is invalid with "
-                                  f"{cost}='profile': a profile times the whole model's layers, "
-                                  "not a stage's; "
-                                  f"allowed: 1, or {cost}=calibrated or roofline")
+                raise ConfigError("sim_pp", self.sim_pp,
+                                  "is invalid with " + cost + ": a profile times the whole "
+                                  "model's layers, not a stage's",
+                                  "1, or " + Key("sim_cost_model") + "=calibrated or roofline")
             if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
-                raise ConfigError(f"{k.set('sim_tp', self.sim_tp)} is invalid with "
-                                  f"{cost}='profile' on {k('sim_device')}='cpu': "
-                                  "a profile times one device; "
-                                  f"allowed: 1, or {cost}=roofline")
+                raise ConfigError("sim_tp", self.sim_tp,
+                                  "is invalid with " + cost + " on " + Key("sim_device", "cpu")
+                                  + ": a profile times one device",
+                                  "1, or " + Key("sim_cost_model") + "=roofline")
         if self.world_size > 1 and self.overlap != "none":
-            ranks = f"({k('tensor_parallel')} x {k('pipeline_parallel')})"
-            raise ConfigError(f"{k.set('overlap', self.overlap)} is invalid with {self.world_size} "
-                              f"ranks {ranks}: they run each batch whole; allowed: none")
+            raise ConfigError("overlap", self.overlap,
+                              f"is invalid with {self.world_size} ranks ("
+                              + Key("tensor_parallel") + " x " + Key("pipeline_parallel")
+                              + "): they run each batch whole", "none")
 
     @property
     def kind(self) -> type[ExecutorKind]:
@@ -152,8 +156,8 @@ class EngineConfig:
             return self.num_kv_blocks
         blocks = int(self.kv_cache_gb * 2**30 // block_bytes)
         if blocks < 1:
-            raise ConfigError(f"{SETTING.set('kv_cache_gb', self.kv_cache_gb)} is invalid: "
-                              f"it holds no block of {block_bytes} bytes")
+            raise ConfigError("kv_cache_gb", self.kv_cache_gb,
+                              f"is invalid: it holds no block of {block_bytes} bytes")
         return blocks
 
 
@@ -175,30 +179,29 @@ def attention_backend(attention: str, device_type: str) -> str:
 
 def check_attention_hybrid(hybrid: str, backend: str) -> None:
     if hybrid != "sequential" and backend != "triton":
-        raise ConfigError(f"{SETTING.set('attention_hybrid', hybrid)} is invalid with the "
-                          f"{backend} attention: it is a Triton kernel; allowed: sequential, or "
-                          "with "
-                          f"{SETTING('attention')}=triton")
+        raise ConfigError("attention_hybrid", hybrid,
+                          f"is invalid with the {backend} attention: it is a Triton kernel",
+                          "sequential, or with " + Key("attention") + "=triton")
 
 
 def check_fields(obj: Any, positive: bool = False, zero_ok: tuple[str, ...] = (),
-                 skip: tuple[str, ...] = (), keys: Callable[[str], str] = SETTING,
+                 skip: tuple[str, ...] = (), keys: Naming | None = None,
                  held: Collection[str] = ()) -> None:
-    """Each field against its annotation (a bool is never an int); ``held``: another's."""
-
+    """Each field against its annotation (a bool is never an int); ``held``: another's; ``keys``:
+    the edge's naming of them (None: the core's fields, named by a later edge)."""
 
     hints = get_type_hints(type(obj))
     fields = [(f.name, as_python_number(getattr(obj, f.name))) for f in settings_of(type(obj))
               if not dataclasses.is_dataclass(hints[f.name]) and f.name not in held]
     for name, value in fields:
-        _check_type(keys(name), value, hints[name])
+        _check_type(name, value, hints[name], keys)
         if value is not getattr(obj, name):
             object.__setattr__(obj, name, value)
     for name, value in fields if positive else ():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in skip \
                 and (value < 0 or value == 0 and name not in zero_ok):
-            raise ConfigError(f"{keys(name)}={value!r} is invalid: "
-                              f"must be {'>=' if name in zero_ok else '>'} 0")
+            raise ConfigError(name, value, f"is invalid: must be {'>=' if name in zero_ok else '>'} 0",
+                              keys=keys)
 
 
 def as_python_number(value: Any) -> Any:
@@ -214,40 +217,42 @@ def as_python_number(value: Any) -> Any:
     return value
 
 
-def _check_type(key: str, value: Any, tp: Any) -> None:
+def _check_type(setting: str, value: Any, tp: Any, keys: Naming | None = None) -> None:
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return
         (inner,) = [a for a in args if a is not type(None)]
-        _check_type(key, value, inner)
+        _check_type(setting, value, inner, keys)
     elif origin is Literal:
-        check_choice(key, value, args)
+        check_choice(setting, value, args, keys)
     elif origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}={value!r} is invalid: must be a mapping")
+            raise ConfigError(setting, value, "is invalid: must be a mapping", keys=keys)
     elif origin is list:
         if not isinstance(value, list):
-            raise ConfigError(f"{key}={value!r} is invalid: must be a list")
+            raise ConfigError(setting, value, "is invalid: must be a list", keys=keys)
         for i, item in enumerate(value):
-            _check_type(f"{key}[{i}]", item, args[0])
+            _check_type(f"{setting}[{i}]", item, args[0], keys)
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}={value!r} is invalid: must be of type float")
+            raise ConfigError(setting, value, "is invalid: must be of type float", keys=keys)
         if not math.isfinite(value):
-            raise ConfigError(f"{key}={value!r} is invalid: must be a finite number")
+            raise ConfigError(setting, value, "is invalid: must be a finite number", keys=keys)
     elif isinstance(value, bool) and tp is not bool or not isinstance(value, tp):
-        raise ConfigError(f"{key}={value!r} is invalid: must be of type {tp.__name__}")
+        raise ConfigError(setting, value, f"is invalid: must be of type {tp.__name__}", keys=keys)
 
 
-def check_choice(key: str, value: Any, allowed: tuple) -> None:
+def check_choice(setting: str, value: Any, allowed: tuple, keys: Naming | None = None) -> None:
+    """``keys``: as check_fields'."""
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is invalid: "
-                          f"allowed values are {', '.join(map(str, allowed))}")
+        raise ConfigError(setting, value,
+                          f"is invalid: allowed values are {', '.join(map(str, allowed))}",
+                          keys=keys)
 
 
-def check_count(key: str, value: Any, least: int) -> None:
-    """numpy's too; never a bool."""
+def check_count(setting: str, value: Any, least: int, keys: Naming | None = None) -> None:
+    """numpy's too; never a bool. ``keys``: as check_fields'."""
 
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ConfigError(f"{key}={value!r} is invalid: must be an integer >= {least}")
+        raise ConfigError(setting, value, f"is invalid: must be an integer >= {least}", keys=keys)

@@ -9,7 +9,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sarathi_lab.refusal import SETTING
+from sarathi_lab.refusal import AS_WRITTEN, ConfigError, Key, Words, Written
 
 _REGISTRY: dict[str, type[ExecutorKind]] = {}
 
@@ -185,7 +185,7 @@ CAPABILITIES = (
 
 
 def unhonoured(name: str, settings: dict[str, Any],
-               defaults: dict[str, Any]) -> tuple[str, str, str] | None:
+               defaults: dict[str, Any]) -> tuple[str, str, Words] | None:
     """(setting, why, allowed) of the first setting ``name`` cannot honour, with who would."""
     kind = executor_class(name)
     for cap in CAPABILITIES:
@@ -197,7 +197,7 @@ def unhonoured(name: str, settings: dict[str, Any],
         others = [n for n, c in _REGISTRY.items()
                   if _takes(getattr(c, cap.attribute), value, default)]
 
-        elsewhere = f" (or {SETTING('executor')}={', '.join(others)})" if others else ""
+        elsewhere = " (or " + Key("executor") + f"={', '.join(others)})" if others else ""
         return cap.setting, f"{kind.noun} {cap.lacks}", allowed + elsewhere
     return None
 
@@ -209,28 +209,29 @@ def _takes(honours: bool | tuple | None, value: Any, default: Any) -> bool:
     return honours is not False or value == default
 
 
-def llm_refusal(name: str) -> str | None:
+def llm_refusal(name: str) -> ConfigError | None:
     """Why ``LLM`` cannot drive ``name``: another engine serves it (through the harness)."""
     if executor_class(name).batches is not None:
         return None
-    return (f"executor={name!r} is invalid for LLM: {executor_class(name).noun} is served by the "
-            f"harness (python -m sarathi_lab.run executor={name}); allowed: "
-            f"{', '.join(executors_with('batches'))}")
+    return ConfigError("executor", name, f"is invalid for LLM: {executor_class(name).noun} is "
+                       "served by the harness (python -m sarathi_lab.run "
+                       f"executor={name})", ", ".join(executors_with("batches")), keys=AS_WRITTEN)
 
 
-def sampling_refusal(name: str, temperature: float) -> str | None:
+def sampling_refusal(name: str, temperature: float) -> ConfigError | None:
     if not temperature or executor_class(name).samples:
         return None
-    return (f"sampling.temperature={temperature} is invalid with executor={name!r}: "
-            f"{executor_class(name).noun} predicts times, not tokens; allowed: 0")
+    return ConfigError("sampling.temperature", temperature, "is invalid with "
+                       f"executor={name!r}: {executor_class(name).noun} predicts times, not tokens",
+                       "0", keys=AS_WRITTEN)
 
 
-def stand_in_refusal(name: str, model: str, why: str | None) -> str | None:
+def stand_in_refusal(name: str, model: str, why: str | None) -> ConfigError | None:
     """A simulator-only preset (``why``: what it stands in for; None: a model) off the simulator."""
     if why is None or executor_class(name).simulated:
         return None
-    return (f"{SETTING.set('model', model)} is invalid with {SETTING.set('executor', name)}: "
-            f"{why}; allowed: {SETTING('executor')}={', '.join(executors_with('simulated'))}")
+    return ConfigError("model", model, "is invalid with " + Key("executor", name) + f": {why}",
+                       Key("executor") + f"={', '.join(executors_with('simulated'))}")
 
 
 # What a task beyond serving needs: our engine's batches, or (profile) our forwards.
@@ -239,12 +240,13 @@ TASK_NEEDS = {"profile": ("runs_model", "runs none of our model's forwards")}
 BATCHES_OF_OURS = ("batches", "runs no batch of our engine")
 
 
-def task_refusal(name: str, task: str) -> str | None:
+def task_refusal(name: str, task: str) -> ConfigError | None:
     need, lacks = TASK_NEEDS.get(task, BATCHES_OF_OURS)
     if task in SERVING_TASKS or getattr(executor_class(name), need):
         return None
     can = ", ".join(executors_with(need))
     serving = "" if task in TASK_NEEDS else f", or task={', '.join(SERVING_TASKS)}"
-    return (f"task={task} is invalid with executor={name}: {executor_class(name).noun} {lacks}; "
-            f"allowed: executor={can}" + serving)
+    return ConfigError("task", Written(task),
+                       f"is invalid with executor={name}: {executor_class(name).noun} {lacks}",
+                       f"executor={can}" + serving, keys=AS_WRITTEN)
 

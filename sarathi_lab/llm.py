@@ -63,8 +63,8 @@ class LLM:
         self.config = cfg = plan.config
         self.kind = kind = executor_class(cfg.executor)
         # The harness serves another engine: LLM would run ours instead.
-        if (why := llm_refusal(cfg.executor)) is not None:
-            raise ConfigError(why)
+        if (refused := llm_refusal(cfg.executor)) is not None:
+            raise refused
         if cfg.num_threads is not None:
             import torch
 
@@ -200,8 +200,8 @@ class LLM:
         executor = self.engine.executor
         runner = getattr(executor, "runner", None)
         if runner is None or self.config.world_size > 1:
-            raise ConfigError(f"attention_hybrid={hybrid!r} cannot be switched on this engine: "
-                              "only a single-process model executor's")
+            raise ConfigError("attention_hybrid", hybrid, "cannot be switched on this engine: "
+                              "only a single-process model executor's", keys=AS_WRITTEN)
         backend = runner.model.backend
         check_attention_hybrid(hybrid, backend.name)
         backend.hybrid = hybrid
@@ -236,8 +236,8 @@ class LLM:
             sampling = sampling or SamplingParams()
             if not isinstance(sampling, SamplingParams):
                 raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
-            if (why := sampling_refusal(self.config.executor, sampling.temperature)) is not None:
-                raise ConfigError(why)
+            if (refused := sampling_refusal(self.config.executor, sampling.temperature)) is not None:
+                raise refused
             token_lists = inputs.prompts_as_lists(prompts)
             n = len(token_lists)
             new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from sarathi_lab.config import (
     ENGINE_FIELDS,
-    SETTING,
     ConfigError,
     EngineConfig,
+    Key,
+    Words,
     attention_backend,
     check_attention_hybrid,
 )
@@ -65,10 +66,10 @@ class HostFacts:
 
 def probe_host(cfg: EngineConfig) -> HostFacts:
     """The device a model of ours (or vLLM's) runs on here, and what it can run."""
-    cores, k = _usable_cores(cfg), SETTING
+    cores = _usable_cores(cfg)
     if cfg.device == "cuda" and not cuda_available():
-        raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; "
-                          "allowed here: auto, cpu")
+        raise ConfigError("device", "cuda",
+                          "is invalid: no CUDA device is available; allowed here: auto, cpu")
     device_type = resolve_device(cfg.device)
     fp16 = _check_cpu_dtype(cfg) if device_type == "cpu" else None
     check_attention_hybrid(cfg.attention_hybrid, attention_backend(cfg.attention, device_type))
@@ -77,11 +78,11 @@ def probe_host(cfg: EngineConfig) -> HostFacts:
 
 
 def _usable_cores(cfg: EngineConfig) -> int:
-    cores, k = usable_cores(), SETTING
+    cores = usable_cores()
     # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
     if cfg.num_threads is not None and cfg.num_threads > cores:
-        raise ConfigError(f"{k.set('num_threads', cfg.num_threads)} is invalid: this process may "
-                          f"run on {cores} cores, so at most {cores}")
+        raise ConfigError("num_threads", cfg.num_threads,
+                          f"is invalid: this process may run on {cores} cores, so at most {cores}")
     return cores
 
 
@@ -98,12 +99,12 @@ def _check_ranks_fit(cfg: EngineConfig, device_type: str, cores: int) -> int | N
     else:
         have, what = cores, "cores this process may run on"
     if ranks > have:
-        k, key = SETTING, "tensor_parallel" if cfg.pipeline_parallel == 1 else "pipeline_parallel"
-        raise ConfigError(f"{k.set(key, getattr(cfg, key))} is invalid "
-                          f"({k.set('tensor_parallel', cfg.tensor_parallel)} x "
-                          f"{k.set('pipeline_parallel', cfg.pipeline_parallel)} ranks): one rank "
-                          f"per device needs {ranks} {what} here, and there are {have}; "
-                          f"allowed: at most {have} ranks")
+        key = "tensor_parallel" if cfg.pipeline_parallel == 1 else "pipeline_parallel"
+        raise ConfigError(key, getattr(cfg, key),
+                          "is invalid (" + Key("tensor_parallel", cfg.tensor_parallel) + " x "
+                          + Key("pipeline_parallel", cfg.pipeline_parallel) + " ranks): one rank "
+                          f"per device needs {ranks} {what} here, and there are {have}",
+                          f"at most {have} ranks")
     return gpus
 
 
@@ -112,9 +113,10 @@ def _check_cpu_dtype(cfg: EngineConfig) -> bool | None:
     if cfg.dtype != "float16" or cfg.cpu_linear == "aten":
         return None
     if not (fp16 := cpu_has_onednn_fp16()):
-        raise ConfigError(f"{SETTING.set('dtype', 'float16')} is invalid: this CPU's oneDNN has no "
-                          "float16 matmul (it needs avx_ne_convert or avx512_fp16); allowed here: "
-                          f"bfloat16, float32, or float16 with {SETTING('cpu_linear')}=aten")
+        raise ConfigError("dtype", "float16",
+                          "is invalid: this CPU's oneDNN has no float16 matmul (it needs "
+                          "avx_ne_convert or avx512_fp16); allowed here: bfloat16, float32, or "
+                          "float16 with " + Key("cpu_linear") + "=aten")
     return fp16
 
 
@@ -214,17 +216,18 @@ def build_scheduler(plan: EnginePlan) -> Scheduler:
     blocks = BlockManager(plan.num_kv_blocks, cfg.block_size, cfg.kv_watermark)
     scheduler = scheduler_class(cfg.scheduler)
     if (why := scheduler.cache_refusal(plan.scheduler_config, blocks)) is not None:
-        raise ConfigError(f"{kv_size_setting(cfg)} is invalid{why}{kv_size_note(cfg)}")
+        kv = kv_size_setting(cfg)
+        raise ConfigError(kv.setting, kv.value, "is invalid" + why + kv_size_note(cfg))
     return scheduler(plan.scheduler_config, blocks)
 
 
-def kv_size_setting(cfg: EngineConfig) -> str:
+def kv_size_setting(cfg: EngineConfig) -> Key:
     key = cfg.kv_size_key or "num_kv_blocks"
-    return SETTING.set(key, getattr(cfg, key))
+    return Key(key, getattr(cfg, key))
 
 
-def kv_size_note(cfg: EngineConfig) -> str:
+def kv_size_note(cfg: EngineConfig) -> Words:
     if cfg.kv_size_key is not None:
         return ""
-    return f" (its default size; {SETTING('num_kv_blocks')} sets it)"
+    return " (its default size; " + Key("num_kv_blocks") + " sets it)"
 

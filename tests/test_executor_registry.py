@@ -61,8 +61,8 @@ def test_what_each_executor_honours():
 
 
 def test_a_task_the_executor_cannot_run_is_refused_and_the_others_pass():
-    assert task_refusal("sim", "profile").startswith("task=profile is invalid with executor=sim: ")
-    assert task_refusal("vllm", "op_breakdown").endswith("allowed: executor=model, sim, or task=serve, capacity")
+    assert str(task_refusal("sim", "profile")).startswith("task=profile is invalid with executor=sim: ")
+    assert str(task_refusal("vllm", "op_breakdown")).endswith("allowed: executor=model, sim, or task=serve, capacity")
     assert all(task_refusal(n, t) is None for n in executor_names() for t in ("serve", "capacity"))
     assert task_refusal("model", "profile") is None and task_refusal("sim", "reread") is None
 

@@ -58,7 +58,7 @@ def test_a_sweep_job_is_parsed_once_for_all_its_checks(monkeypatch):
     def parse(job):
         parsed.append(job)
         if job.chunk == 0:
-            raise ConfigError("chunk=0 is invalid: must be > 0")
+            raise ConfigError("chunk", 0, "is invalid: must be > 0")
         return job.chunk
 
     class Loader:  # one Hydra invocation's

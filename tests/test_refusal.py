@@ -1,9 +1,11 @@
 """A core refusal names settings by their fields; the edge writes them once as the user set them."""
+import pickle
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sarathi_lab.config import ENGINE_FIELDS, SETTING, ConfigError, Keys, named_as
+from sarathi_lab.config import AS_WRITTEN, ENGINE_FIELDS, ConfigError, Key, Keys, named_as
 
 SETTINGS = st.sampled_from(sorted(ENGINE_FIELDS) + ["tile", "chunk_align"])
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(),
@@ -17,13 +19,27 @@ def _as_run(setting: str) -> str:
 
 @given(SETTINGS, VALUES, SETTINGS, st.text(alphabet=st.characters(max_codepoint=0x7e, min_codepoint=0x20)))
 def test_a_refusal_is_written_by_fields_and_renamed_once_by_the_edge(setting, value, other, allowed):
-    why = f" is invalid with {SETTING(other)}=1; allowed: {allowed}"
-    e = ConfigError(f"{SETTING.set(setting, value)}{why}")
+    e = ConfigError(setting, value, "is invalid with " + Key(other) + "=1", allowed)
     assert str(e) == f"{setting}={value!r} is invalid with {other}=1; allowed: {allowed}"
-    assert (e.setting, e.value, e.allowed) == (setting, repr(value), allowed)
+    assert (e.setting, e.value, e.allowed, e.key) == (setting, value, allowed, setting)
     named = e.named(RUN)
     assert str(named) == f"{_as_run(setting)}={value!r} is invalid with {_as_run(other)}=1; allowed: {allowed}"
-    assert str(named.named(Keys())) == str(named) and named.setting == setting  # named once: the first edge's
+    assert named.named(Keys()) is named  # named once: the first edge's
+    assert (named.setting, named.key) == (setting, _as_run(setting))
+    assert str(pickle.loads(pickle.dumps(named))) == str(named)  # a rank's refusal, in the launcher
+
+
+def test_a_key_the_edge_wrote_itself_is_never_renamed():
+    e = ConfigError("workload.path", "x.csv", "is invalid: the trace has no rows", keys=AS_WRITTEN)
+    with pytest.raises(ConfigError) as raised, named_as(RUN):
+        raise e
+    assert str(raised.value) == "workload.path='x.csv' is invalid: the trace has no rows"
+
+
+def test_a_setting_joins_the_text_by_plus_only_so_that_no_f_string_drops_the_edges_name():
+    with pytest.raises(TypeError):
+        f"{Key('chunk_size')}"
+    assert str("a " + Key("chunk_size", 8) + " b") == "a chunk_size=8 b"
 
 
 def test_a_value_the_user_set_is_shown_as_set_and_the_class_is_kept():
@@ -32,9 +48,9 @@ def test_a_value_the_user_set_is_shown_as_set_and_the_class_is_kept():
     shown = Keys({"chunk_size": "token_budget"}, shown={"chunk_size": "auto"})
     try:
         with named_as(shown):
-            raise ModelLoadError(f"{SETTING.set('chunk_size', 900)} is invalid")
+            raise ModelLoadError("chunk_size", 900, "is invalid")
     except ModelLoadError as e:
-        assert str(e) == e.args[0] == "token_budget=auto is invalid"
+        assert str(e) == "token_budget=auto is invalid" and e.setting == "chunk_size"
 
 
 def test_the_simulators_split_is_refused_naming_its_own_setting_still_marked_for_the_edge():

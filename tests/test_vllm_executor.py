@@ -64,7 +64,7 @@ def test_what_vllm_cannot_honour_is_refused_in_one_line_by_its_capabilities(kw, 
 
 
 def test_what_vllm_cannot_run_beyond_its_capabilities_is_refused_in_one_line():
-    assert task_refusal("vllm", "profile").startswith("task=profile is invalid with executor=vllm")
+    assert str(task_refusal("vllm", "profile")).startswith("task=profile is invalid with executor=vllm")
     with pytest.raises(ConfigError, match=r"^scheduler.max_num_batched_tokens=100 is invalid.*allowed"):
         check_vllm(_plan("vllm", scheduler_knobs={"max_num_batched_tokens": 100}))
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from sarathi_lab.config import check_choice
+from sarathi_lab.config import AS_WRITTEN, check_choice
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
 
 CLOCKS = ("wall", "cpu")
@@ -19,7 +19,7 @@ FLUSH_BYTES = 256 << 20
 
 
 def make_clock(kind: str = "wall", device: torch.device | str = "cpu") -> Clock:
-    check_choice("clock", kind, CLOCKS)
+    check_choice("clock", kind, CLOCKS, AS_WRITTEN)
     if kind == "cpu":
         return CPUClock()
     return WallClock(torch.cuda.synchronize if torch.device(device).type == "cuda" else None)

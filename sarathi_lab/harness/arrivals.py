@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 
-from sarathi_lab.config import check_count
+from sarathi_lab.config import AS_WRITTEN, check_count
 
 
 def _check(n: int, qps: float) -> None:
-    check_count("n", n, 0)
+    check_count("n", n, 0, AS_WRITTEN)
     if not (math.isfinite(qps) and qps > 0):
         raise ValueError(f"qps={qps!r} is invalid: must be a finite number > 0")
 

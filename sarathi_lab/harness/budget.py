@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sarathi_lab.config import AS_WRITTEN, ConfigError, EngineConfig, named_as
+from sarathi_lab.config import AS_WRITTEN, ConfigError, EngineConfig, Written, named_as
 from sarathi_lab.host_features import resolve_device
 
 # Budgets searched: past this the iteration is far longer than any TBT SLO on any device we model.
@@ -75,9 +75,10 @@ def budget_cost_model(engine: EngineConfig):
     source = engine.kind.budget_source(engine)
     device, kind = source.device, source.kind
     if device is None:
-        raise ConfigError(f"token_budget=auto is invalid with device={engine.device} and "
-                          "executor=model: only the CPU has measured ceilings here; use "
-                          "executor=sim engine.sim_device=<the GPU>")
+        raise ConfigError("token_budget", Written("auto"), f"is invalid with "
+                          f"device={engine.device} and executor=model: only the CPU has measured "
+                          "ceilings here; use executor=sim engine.sim_device=<the GPU>",
+                          keys=AS_WRITTEN)
     tp, pp = engine.sim_tp, engine.sim_pp
 
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
@@ -97,10 +98,10 @@ def auto_budget(engine: EngineConfig, tbt_p99_s: float,
 
     tokens = largest_budget(iteration_s, tbt_p99_s, batch)
     if tokens is None:
-        raise ConfigError(f"slo.tbt_p99_s={tbt_p99_s} is invalid with token_budget=auto: the "
+        raise ConfigError("slo.tbt_p99_s", tbt_p99_s, "is invalid with token_budget=auto: the "
                           f"{described} cost model predicts {iteration_s(batch + 1):.4g} s for "
                           f"batch_size={batch} decodes at {context} tokens of context plus one "
-                          "prompt token")
+                          "prompt token", keys=AS_WRITTEN)
 
     budget = Budget(tokens, iteration_s(tokens), described, capped=tokens == MAX_BUDGET)
     return replace(engine, chunk_size=tokens), budget

@@ -5,7 +5,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sarathi_lab.config import ConfigError, EngineConfig, Keys, named_as
+from sarathi_lab.config import AS_WRITTEN, ConfigError, EngineConfig, Keys, named_as
 from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import check_task, kv_blocks, kv_requests
@@ -39,9 +39,10 @@ def preflight(cfg: RunConfig) -> Checked:
         if cfg.task == "capacity" and workload.arrival_times \
                 and workload.recorded_rate_rps is None \
                 and cfg.workload.kind == "trace" and workload.num_requests > 1:
-            raise ConfigError(f"workload.path={cfg.workload.path!r} is invalid with task=capacity: "
-                              f"its {workload.num_requests} replayed rows all arrive at once, so "
-                              "the search has no rate to scale")
+            raise ConfigError("workload.path", cfg.workload.path,
+                              f"is invalid with task=capacity: its {workload.num_requests} "
+                              "replayed rows all arrive at once, so the search has no rate to "
+                              "scale", keys=AS_WRITTEN)
         # Before the KV cache: a simulated device sizes it around the budget's largest iteration.
         engine, budget, keys = _token_budget(cfg, workload, keys)
     with named_as(keys):
@@ -56,25 +57,25 @@ def _fitted(cfg: RunConfig, workload: Workload, limits: ModelLimits, engine: Eng
         if not budget or e.setting != "chunk_size":
             raise
         # The SLO set the budget that does not fit.
-        raise ConfigError(f"{e.template}; a lower slo.tbt_p99_s, or token_budget=null and a chunk "
-                          "that fits, leaves room", e.setting) from None
+        raise replace(e, why=e.why + "; a lower slo.tbt_p99_s, or token_budget=null and a chunk "
+                      "that fits, leaves room") from None
     engine.kind.check_plan(plan)
-    blocks, setting, sized = plan.num_kv_blocks, kv_size_setting(engine), kv_size_note(engine)
+    blocks, kv, sized = plan.num_kv_blocks, kv_size_setting(engine), kv_size_note(engine)
     scheduler = build_scheduler(plan)
     if scheduler.refusal(workload.max_request_len) is not None:
         kept = scheduler.blocks.watermark_blocks
         beside = (f" beside the {kept} block{'s' * (kept != 1)} "
                   f"engine.kv_watermark={engine.kv_watermark} keeps free" if kept else "")
-        raise ConfigError(f"{setting} is invalid: the KV cache holds {plan.kv_capacity_tokens} "
-                          f"tokens, fewer than one request of {workload.max_request_len}"
-                          f"{beside}{sized}")
+        raise ConfigError(kv.setting, kv.value,
+                          f"is invalid: the KV cache holds {plan.kv_capacity_tokens} tokens, "
+                          f"fewer than one request of {workload.max_request_len}{beside}" + sized)
     if cfg.task != "serve":
         check_task(cfg.task, cfg, limits.max_model_len)
     held = kv_requests(cfg.task, cfg, plan) if cfg.task != "serve" else []
     if (need := kv_blocks(held, engine.block_size)) > blocks:
-        raise ConfigError(f"{setting} is invalid with task={cfg.task}: the KV cache holds {blocks} "
-                          f"blocks, fewer than the {need} its batch of {len(held)} requests "
-                          f"takes{sized}")
+        raise ConfigError(kv.setting, kv.value,
+                          f"is invalid with task={cfg.task}: the KV cache holds {blocks} blocks, "
+                          f"fewer than the {need} its batch of {len(held)} requests takes" + sized)
     return Checked(workload, plan, budget)
 
 

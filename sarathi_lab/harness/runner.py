@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from sarathi_kernels import cpu_build
 
 from sarathi_lab import LLM, ConfigError, SamplingParams
-from sarathi_lab.config import named_as
+from sarathi_lab.config import AS_WRITTEN, Written, named_as
 from sarathi_lab.env_flags import EnvFlagError, env_flag
 from sarathi_lab.executors import build
 from sarathi_lab.harness.preflight import Checked, preflight
@@ -161,7 +161,7 @@ def shared_engine(cfg: RunConfig) -> SharedEngine | None:
     try:
         share = env_flag(SHARE_ENGINE_ENV, default=True)
     except EnvFlagError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(None, why=str(e)) from None
     if share and cfg.engine.world_size == 1:
         return SHARED
     SHARED.release()
@@ -249,8 +249,8 @@ def _lock(out: Path) -> int | None:
     try:
         return lock(out)
     except BlockingIOError:
-        raise ConfigError(f"{out} is in use: another run is writing there now; give this run its "
-                          "own hydra.run.dir (hydra.sweep.dir with -m)") from None
+        raise ConfigError(None, why=f"{out} is in use: another run is writing there now; give "
+                          "this run its own hydra.run.dir (hydra.sweep.dir with -m)") from None
 
 
 def _move_log_file(src: Path, dst: Path) -> None:
@@ -274,20 +274,22 @@ def _keep_finished_run(cfg: RunConfig, resolved_config: dict[str, Any], out: Pat
                        sweep_job: bool = False, inputs: dict[str, Any] | None = None) -> bool:
     """True: keep (skip), False: overwrite; a sweep's job keeps its own run under ``refuse`` too."""
     if cfg.on_existing == "refuse" and not sweep_job:
-        raise ConfigError(f"on_existing=refuse: {out} already holds a finished run; "
-                          "on_existing=skip keeps it, on_existing=overwrite replaces it")
+        raise ConfigError("on_existing", Written("refuse"), f": {out} already holds a finished "
+                          "run; on_existing=skip keeps it, on_existing=overwrite replaces it",
+                          keys=AS_WRITTEN)
     if cfg.on_existing == "overwrite":
         return False
     # Job dirs are numbered, so a different sweep into the same dir would skip the wrong runs.
     try:
         change = config_change(out, resolved_config, inputs)
     except UnreadableRun as e:
-        raise ConfigError(f"on_existing={cfg.on_existing}: {e}, so whether it is this config's "
-                          "run is unknown; on_existing=overwrite replaces it") from None
+        raise ConfigError("on_existing", Written(cfg.on_existing), f": {e}, so whether it is "
+                          "this config's run is unknown; on_existing=overwrite replaces it",
+                          keys=AS_WRITTEN) from None
     if change:
-        raise ConfigError(f"on_existing={cfg.on_existing}: {out} holds a finished run of another "
-                          f"config ({change}); use another hydra.sweep.dir, or "
-                          "on_existing=overwrite")
+        raise ConfigError("on_existing", Written(cfg.on_existing), f": {out} holds a finished "
+                          f"run of another config ({change}); use another hydra.sweep.dir, or "
+                          "on_existing=overwrite", keys=AS_WRITTEN)
     log.info("%s already holds this finished run; kept (on_existing=%s%s)", out, cfg.on_existing,
              ": the sweep resumes" if cfg.on_existing == "refuse" else "")
     return True

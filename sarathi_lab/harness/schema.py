@@ -11,10 +11,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from sarathi_lab.config import (
+    AS_WRITTEN,
     ENGINE_FIELDS,
     ConfigError,
     EngineConfig,
     Keys,
+    Written,
     check_choice,
     check_fields,
     named_as,
@@ -55,13 +57,13 @@ class ModelCfg(_Section, section="model"):
     def __post_init__(self):
         super().__post_init__()
         if self.name == "hf" and not self.path:
-            raise ConfigError(f"{self.keys.set('path', None)} is invalid: "
-                              "model=hf needs model.path=/a/local/hf/dir")
+            raise ConfigError("path", None, "is invalid: model=hf needs model.path=/a/local/hf/dir",
+                              keys=self.keys)
         # A preset's path would be silently ignored.
         if self.name != "hf" and self.path is not None:
-            raise ConfigError(f"{self.keys.set('path', self.path)} is invalid with "
-                              f"model={self.name}: a preset reads no directory; allowed: null, "
-                              "or model=hf to load that directory")
+            raise ConfigError("path", self.path,
+                              f"is invalid with model={self.name}: a preset reads no directory",
+                              "null, or model=hf to load that directory", keys=self.keys)
 
     @property
     def engine_model(self) -> str:
@@ -77,7 +79,8 @@ class SchedulerCfg:
     @classmethod
     def of(cls, raw: Any) -> SchedulerCfg:
         if not isinstance(raw, dict) or "name" not in raw:
-            raise ConfigError(f"scheduler={raw!r} is invalid: must be a mapping with a name")
+            raise ConfigError("scheduler", raw, "is invalid: must be a mapping with a name",
+                              keys=AS_WRITTEN)
         knobs = {key: value for key, value in raw.items() if key != "name"}
         for key, value in knobs.items():
             if _set_by("scheduler", key):
@@ -116,24 +119,26 @@ class WorkloadCfg(_Section, section="workload"):
         k = self.keys
         trace = self.kind in ("trace", "trace_lengths")
         if trace and not self.path:
-            raise ConfigError(f"{k.set('path', None)} is invalid: "
-                              f"workload={self.kind} needs a CSV path")
+            raise ConfigError("path", None, f"is invalid: workload={self.kind} needs a CSV path",
+                              keys=k)
         for key in ("num_requests", "qps"):
             if getattr(self, key) is None and self.kind != "trace":
-                raise ConfigError(f"{k.set(key, None)} is invalid with workload={self.kind}: "
-                                  "null (every row, the recorded rate) is for a trace's replay "
-                                  "(workload=trace) only")
+                raise ConfigError(key, None, f"is invalid with workload={self.kind}: null "
+                                  "(every row, the recorded rate) is for a trace's replay "
+                                  "(workload=trace) only", keys=k)
         if self.kind == "trace" and self.max_requests is not None:
-            raise ConfigError(f"{k.set('max_requests', self.max_requests)} is invalid with "
-                              "workload=trace: the first N rows it replays are "
-                              "workload.num_requests")
+            raise ConfigError("max_requests", self.max_requests,
+                              "is invalid with workload=trace: the first N rows it replays are "
+                              "workload.num_requests", keys=k)
         if self.kind == "trace" and self.qps is not None and self.time_scale != 1:
-            raise ConfigError(f"{k.set('time_scale', self.time_scale)} is invalid with "
-                              f"workload.qps={self.qps!r}: both set the replayed trace's rate; "
-                              "workload.qps=null scales the recorded times by time_scale")
+            raise ConfigError("time_scale", self.time_scale,
+                              f"is invalid with workload.qps={self.qps!r}: both set the replayed "
+                              "trace's rate; workload.qps=null scales the recorded times by "
+                              "time_scale", keys=k)
         if self.offset and not trace:
-            raise ConfigError(f"{k.set('offset', self.offset)} is invalid with "
-                              f"workload={self.kind}: it skips a trace's rows")
+            raise ConfigError("offset", self.offset,
+                              f"is invalid with workload={self.kind}: it skips a trace's rows",
+                              keys=k)
 
 
 @dataclass(frozen=True)
@@ -184,8 +189,8 @@ class CapacityCfg(_Section, section="capacity"):
     def __post_init__(self):
         super().__post_init__()
         if not self.min_qps <= self.start_qps <= self.max_qps:
-            raise ConfigError(f"{self.keys.set('start_qps', self.start_qps)} is invalid: must be "
-                              f"within [min_qps={self.min_qps}, max_qps={self.max_qps}]")
+            raise ConfigError("start_qps", self.start_qps, "is invalid: must be within "
+                              f"[min_qps={self.min_qps}, max_qps={self.max_qps}]", keys=self.keys)
 
 
 @dataclass(frozen=True)
@@ -226,35 +231,37 @@ class RunConfig:
         object.__setattr__(self, "keys", engine_keys(self.model))
         # EngineConfig (built first) checks chunk, batch_size, seed, dtype.
         check_fields(self, positive=True, held=frozenset(KNOB_KEYS.values()))
-        check_choice("task", self.task, ("serve", *task_names()))
+        check_choice("task", self.task, ("serve", *task_names()), AS_WRITTEN)
         # Only sarathi_serve's is checked, so that one sweep over schedulers can set auto.
         slo, wl = self.slo, self.workload
         serve = self.scheduler.name == "sarathi_serve"
         if self.token_budget == "auto" and serve and slo.tbt_p99_s is None:
-            raise ConfigError("token_budget=auto is invalid with slo.tbt_p99_s=None: "
-                              "the budget comes from that SLO")
+            raise ConfigError("token_budget", Written("auto"), "is invalid with "
+                              "slo.tbt_p99_s=None: the budget comes from that SLO", keys=AS_WRITTEN)
         replay = wl.kind == "trace"
-        fixed_rate = ("workload.time_scale=0" if replay and wl.time_scale == 0 else
-                      "workload.arrival=all_at_once" if not replay and wl.arrival == "all_at_once"
-                      else None)
+        fixed_rate = (("workload.time_scale", Written("0")) if replay and wl.time_scale == 0 else
+                      ("workload.arrival", Written("all_at_once"))
+                      if not replay and wl.arrival == "all_at_once" else None)
         if self.task == "capacity" and fixed_rate:
-            raise ConfigError(f"{fixed_rate} is invalid with task=capacity: the search sets "
-                              "the rate, so it needs arrival=poisson or gamma, or a trace replayed "
-                              "at a rate (workload=trace with time_scale > 0: its gaps scaled to "
-                              "each rate tried)")
+            raise ConfigError(*fixed_rate, "is invalid with task=capacity: the search sets the "
+                              "rate, so it needs arrival=poisson or gamma, or a trace replayed at "
+                              "a rate (workload=trace with time_scale > 0: its gaps scaled to "
+                              "each rate tried)", keys=AS_WRITTEN)
 
         if self.task == "capacity" and slo.tbt_p99_s is None and slo.sched_delay_p50_s is None:
-            raise ConfigError("slo.tbt_p99_s=None is invalid with task=capacity and "
-                              "slo.sched_delay_p50_s=None: the search needs at least one of them")
-        if why := task_refusal(self.engine.executor, self.task):
-            raise ConfigError(why)
+            raise ConfigError("slo.tbt_p99_s", None, "is invalid with task=capacity and "
+                              "slo.sched_delay_p50_s=None: the search needs at least one of them",
+                              keys=AS_WRITTEN)
+        if refused := task_refusal(self.engine.executor, self.task):
+            raise refused
         if self.task == "piggyback" and self.batch_size < 2:
-            raise ConfigError(f"batch_size={self.batch_size} is invalid with task=piggyback: B - 1 "
-                              "decodes must ride the chunk, so it must be >= 2")
+            raise ConfigError("batch_size", self.batch_size, "is invalid with task=piggyback: "
+                              "B - 1 decodes must ride the chunk, so it must be >= 2",
+                              keys=AS_WRITTEN)
         if self.task == "iteration_sweep" and self.measure.token_step > self.seq_len:
-            raise ConfigError(f"measure.token_step={self.measure.token_step} is invalid with "
-                              f"task=iteration_sweep: must be <= seq_len={self.seq_len}, "
-                              "the most tokens it times")
+            raise ConfigError("measure.token_step", self.measure.token_step,
+                              f"is invalid with task=iteration_sweep: must be <= "
+                              f"seq_len={self.seq_len}, the most tokens it times", keys=AS_WRITTEN)
 
     def ignores(self, key: str) -> str | None:
         """Why this run reads nothing of ``key``."""
@@ -325,7 +332,8 @@ def parse_config(cfg: DictConfig) -> RunConfig:
     try:
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as e:
-        raise ConfigError(f"{e.full_key}=??? is invalid: a value is required") from None
+        raise ConfigError(e.full_key, Written("???"), "is invalid: a value is required",
+                          keys=AS_WRITTEN) from None
     run = _fields(RunConfig, raw, prefix="", later={"engine", "scheduler"})
     run["scheduler"] = SchedulerCfg.of(raw.get("scheduler"))
     run["engine"] = _engine_config(run, raw.get("engine", {}))
@@ -334,7 +342,7 @@ def parse_config(cfg: DictConfig) -> RunConfig:
 
 def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
     if not isinstance(raw, dict):
-        raise ConfigError(f"engine={raw!r} is invalid: must be a mapping")
+        raise ConfigError("engine", raw, "is invalid: must be a mapping", keys=AS_WRITTEN)
     for key, value in raw.items():
         if _set_by("engine", key):
             raise unknown_key(f"engine.{key}", repr(value))
@@ -345,7 +353,8 @@ def _engine_config(run: dict[str, Any], raw: Any) -> EngineConfig:
 
 def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix.rstrip('.')}={raw!r} is invalid: must be a mapping")
+        raise ConfigError(prefix.rstrip("."), raw, "is invalid: must be a mapping",
+                          keys=AS_WRITTEN)
     hints = get_type_hints(cls)
     known = {f.name for f in settings_of(cls)} - later
     if unknown := sorted(set(raw) - known - later):
@@ -354,7 +363,8 @@ def _fields(cls: type, raw: Any, prefix: str, later: set[str] = frozenset()) -> 
     missing = [f.name for f in settings_of(cls) if f.name not in raw and f.name not in later
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
-        raise ConfigError(f"{prefix}{missing[0]} is missing: a value is required")
+        raise ConfigError(f"{prefix}{missing[0]}", why="is missing: a value is required",
+                          keys=AS_WRITTEN)
     return {k: _typed(f"{prefix}{k}", v, hints[k]) for k, v in raw.items() if k not in later}
 
 
@@ -362,8 +372,8 @@ def unknown_key(key: str, shown: str, known: Collection[str] = ()) -> ConfigErro
     """The one refusal of an unknown key: the key that sets what it would, else the nearest."""
     section, _, name = key.rpartition(".")
     if by := _set_by(section, name):
-        return ConfigError(f"{key}={shown} is invalid: the run's config sets it by {by}; "
-                           f"allowed: {by}={shown}")
+        return ConfigError(key, Written(shown), f"is invalid: the run's config sets it by {by}",
+                           f"{by}={shown}", keys=AS_WRITTEN)
     if section == "scheduler" and name not in knob_names():
         return unknown_knob(name, shown).named(RUN_KEYS)
     nearest = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
@@ -371,7 +381,8 @@ def unknown_key(key: str, shown: str, known: Collection[str] = ()) -> ConfigErro
         [k for k in sorted(known) if "." not in k]
     hint = f"nearest known keys: {', '.join(nearest)}" if nearest else \
         f"known keys here: {', '.join(beside)}"
-    return ConfigError(f"{key}={shown} is invalid: {key} is not a known key; {hint}")
+    return ConfigError(key, Written(shown), f"is invalid: {key} is not a known key; {hint}",
+                       keys=AS_WRITTEN)
 
 
 def _set_by(section: str, name: str) -> str | None:

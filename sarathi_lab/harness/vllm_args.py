@@ -5,7 +5,7 @@ import importlib.util
 import math
 from dataclasses import dataclass
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import AS_WRITTEN, ConfigError, Written
 from sarathi_lab.plan import EnginePlan
 
 # vLLM's scheduler chunking prefills is Sarathi-Serve's stall-free batching; else whole.
@@ -55,13 +55,13 @@ def check_vllm(plan: EnginePlan) -> None:
     cap = cfg.scheduler_knobs.get("max_num_batched_tokens")
     if cfg.scheduler == "vllm" and cap is not None and cap < plan.max_model_len:
         # Our vllm scheduler runs a longer prompt alone; vLLM without chunking refuses it.
-        raise ConfigError(f"scheduler.max_num_batched_tokens={cap} is invalid with "
+        raise ConfigError("scheduler.max_num_batched_tokens", cap, "is invalid with "
                           "engine.executor=vllm: vLLM without chunked prefill needs room for the "
-                          f"longest request ({plan.max_model_len} tokens); allowed: null or >= "
-                          f"{plan.max_model_len}")
+                          f"longest request ({plan.max_model_len} tokens)",
+                          f"null or >= {plan.max_model_len}", keys=AS_WRITTEN)
     if vllm_version() is None:
-        raise ConfigError("engine.executor=vllm is invalid here: vLLM is not installed; "
-                          f"install the extra: {INSTALL}")
+        raise ConfigError("engine.executor", Written("vllm"), "is invalid here: vLLM is not "
+                          f"installed; install the extra: {INSTALL}", keys=AS_WRITTEN)
 
 
 def vllm_args(plan: EnginePlan, model_dir: str) -> VllmArgs:

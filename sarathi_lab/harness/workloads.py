@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from sarathi_lab import host_memory
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import AS_WRITTEN, ConfigError
 from sarathi_lab.harness import PACKAGE_DIR
 from sarathi_lab.harness.arrivals import gamma_arrivals, poisson_arrivals
 from sarathi_lab.harness.schema import WorkloadCfg
@@ -54,9 +54,9 @@ def split_length(total: int, pd_ratio: float, key: str = "seq_len") -> tuple[int
     decode = round(total / (1 + pd_ratio))
     prompt = total - decode
     if prompt < 1 or decode < 1:
-        raise ConfigError(f"{key}={total} is invalid with pd_ratio={pd_ratio}: it gives {prompt} "
+        raise ConfigError(key, total, f"is invalid with pd_ratio={pd_ratio}: it gives {prompt} "
                           f"prompt and {decode} decode tokens, and both must be >= 1 "
-                          f"(prompt + decode = {key}, prompt / decode = pd_ratio)")
+                          f"(prompt + decode = {key}, prompt / decode = pd_ratio)", keys=AS_WRITTEN)
     return prompt, decode
 
 
@@ -67,8 +67,9 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
         return np.random.default_rng([seed, stream])
 
     if context is not None and cfg.kind not in ("trace", "trace_lengths") and seq_len > context:
-        raise ConfigError(f"seq_len={seq_len} is invalid: more than the model's context of "
-                          f"{context} tokens")
+        raise ConfigError("seq_len", seq_len,
+                          f"is invalid: more than the model's context of {context} tokens",
+                          keys=AS_WRITTEN)
     recorded_rate = None
     if cfg.kind == "trace":
         lengths, recorded = read_recorded_trace(cfg, context)
@@ -83,10 +84,11 @@ def build_workload(cfg: WorkloadCfg, seq_len: int, pd_ratio: float, seed: int, v
         lengths = _sample_lengths(cfg, seq_len, pd_ratio, rng(_LENGTHS))
         arrivals = arrival_times(cfg, cfg.qps, seed)
         if arrivals and arrivals[-1] > ARRIVAL_HORIZON_S:
-            raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: {cfg.num_requests} requests "
-                              f"at that rate arrive over {arrivals[-1]:.3g} s, past the "
-                              f"{ARRIVAL_HORIZON_S:g} s a run may span; raise workload.qps or "
-                              "lower workload.num_requests")
+            raise ConfigError("workload.qps", cfg.qps,
+                              f"is invalid: {cfg.num_requests} requests at that rate arrive over "
+                              f"{arrivals[-1]:.3g} s, past the {ARRIVAL_HORIZON_S:g} s a run may "
+                              "span; raise workload.qps or lower workload.num_requests",
+                              keys=AS_WRITTEN)
     tokens = rng(_TOKENS)
     prompts = [tokens.integers(0, vocab_size, size=p).tolist() for p, _ in lengths]
     return Workload(prompts, [d for _, d in lengths], arrivals, cfg.max_concurrency, recorded_rate)
@@ -98,9 +100,9 @@ def _check_memory(cfg: WorkloadCfg, prompt_tokens: int) -> None:
     if need > have:
         key, value = (("workload.path", cfg.path) if cfg.kind in ("trace", "trace_lengths")
                       else ("workload.num_requests", cfg.num_requests))
-        raise ConfigError(f"{key}={value!r} is invalid: its prompts need up to "
-                          f"{need / 2**30:.1f} GiB as token lists, more than the "
-                          f"{have / 2**30:.1f} GiB available")
+        raise ConfigError(key, value, f"is invalid: its prompts need up to {need / 2**30:.1f} "
+                          f"GiB as token lists, more than the {have / 2**30:.1f} GiB available",
+                          keys=AS_WRITTEN)
 
 
 def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
@@ -109,13 +111,14 @@ def _sample_lengths(cfg: WorkloadCfg, seq_len: int, pd_ratio: float,
     if cfg.kind == "synthetic":
         prompt, decode = split_length(seq_len, pd_ratio)
         if cfg.stagger > decode:
-            raise ConfigError(f"workload.stagger={cfg.stagger} is invalid: seq_len={seq_len} and "
-                              f"pd_ratio={pd_ratio} give {decode} decode tokens, and every request "
-                              "needs at least 1")
+            raise ConfigError("workload.stagger", cfg.stagger,
+                              f"is invalid: seq_len={seq_len} and pd_ratio={pd_ratio} give "
+                              f"{decode} decode tokens, and every request needs at least 1",
+                              keys=AS_WRITTEN)
         return [(prompt, decode - i if i < cfg.stagger else decode) for i in range(n)]
     if cfg.min_tokens > seq_len:
-        raise ConfigError(f"workload.min_tokens={cfg.min_tokens} is invalid: "
-                          f"must be <= seq_len={seq_len}")
+        raise ConfigError("workload.min_tokens", cfg.min_tokens,
+                          f"is invalid: must be <= seq_len={seq_len}", keys=AS_WRITTEN)
     # Both ends must split into a non-empty prompt and decode; the split is monotone in between.
     split_length(cfg.min_tokens, pd_ratio, key="workload.min_tokens")
     split_length(seq_len, pd_ratio)
@@ -141,8 +144,8 @@ def arrival_times(cfg: WorkloadCfg, qps: float, seed: int) -> list[float] | None
     if not all(math.isfinite(t) for t in times):
         # Finite settings at a float's extremes (qps=5e-324, cv=1e-160) give gaps of inf or NaN.
         key, value = ("workload.cv", cfg.cv) if cfg.arrival == "gamma" else ("workload.qps", qps)
-        raise ConfigError(f"{key}={value!r} is invalid: the {cfg.arrival} arrival times it gives "
-                          f"at {qps!r} req/s are not finite numbers")
+        raise ConfigError(key, value, f"is invalid: the {cfg.arrival} arrival times it gives at "
+                          f"{qps!r} req/s are not finite numbers", keys=AS_WRITTEN)
     return times
 
 
@@ -157,10 +160,10 @@ def resolve_trace_path(path: str) -> Path:
         if candidate.exists():
             what = ("a directory" if candidate.is_dir()
                     else "not a regular file (a device, a FIFO or a socket)")
-            raise ConfigError(f"workload.path={path!r} is invalid: {candidate} is {what}; "
-                              "allowed: a CSV file")
-    raise ConfigError(f"workload.path={path!r} is invalid: no such file "
-                      f"(looked in {Path.cwd()} and {PACKAGE_DIR})")
+            raise ConfigError("workload.path", path, f"is invalid: {candidate} is {what}",
+                              "a CSV file", keys=AS_WRITTEN)
+    raise ConfigError("workload.path", path, "is invalid: no such file "
+                      f"(looked in {Path.cwd()} and {PACKAGE_DIR})", keys=AS_WRITTEN)
 
 
 def mean_rate_rps(times: list[float]) -> float | None:
@@ -213,22 +216,25 @@ def replay_times(cfg: WorkloadCfg, recorded: list[float]) -> list[float]:
         try:
             times = scaled_to_rate(recorded, cfg.qps)
         except ValueError:
-            raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: the {len(recorded)} "
-                              f"replayed rows of workload.path={cfg.path!r} all arrive at once, "
-                              "so they have no rate to scale") from None
+            raise ConfigError("workload.qps", cfg.qps,
+                              f"is invalid: the {len(recorded)} replayed rows of "
+                              f"workload.path={cfg.path!r} all arrive at once, so they have no "
+                              "rate to scale", keys=AS_WRITTEN) from None
     if not all(math.isfinite(t) for t in times):
-        raise ConfigError(f"{key}={value!r} is invalid: it scales the trace's arrival times past "
-                          "the largest float")
+        raise ConfigError(key, value, "is invalid: it scales the trace's arrival times past the "
+                          "largest float", keys=AS_WRITTEN)
     if max(times) > ARRIVAL_HORIZON_S and cfg.qps is not None:
-        raise ConfigError(f"workload.qps={cfg.qps!r} is invalid: the {len(times)} replayed rows of "
+        raise ConfigError("workload.qps", cfg.qps,
+                          f"is invalid: the {len(times)} replayed rows of "
                           f"workload.path={cfg.path!r} span {max(times):.3g} s at that rate, past "
                           f"the {ARRIVAL_HORIZON_S:g} s a run may span; raise workload.qps or "
-                          "lower workload.num_requests")
+                          "lower workload.num_requests", keys=AS_WRITTEN)
     if max(times) > ARRIVAL_HORIZON_S:
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: its arrivals span "
-                          f"{max(times):.3g} s at workload.time_scale={cfg.time_scale!r}, past the "
+        raise ConfigError("workload.path", cfg.path,
+                          f"is invalid: its arrivals span {max(times):.3g} s at "
+                          f"workload.time_scale={cfg.time_scale!r}, past the "
                           f"{ARRIVAL_HORIZON_S:g} s a run may span; lower workload.time_scale or "
-                          "workload.num_requests")
+                          "workload.num_requests", keys=AS_WRITTEN)
     return times
 
 
@@ -248,25 +254,28 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
         with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             if missing := [c for c in columns if c not in (reader.fieldnames or [])]:
-                raise ConfigError(f"workload.path={cfg.path!r} is invalid: line 1 lacks column "
-                                  f"{missing[0]}; needed: {', '.join(columns)}")
+                raise ConfigError("workload.path", cfg.path,
+                                  f"is invalid: line 1 lacks column {missing[0]}; needed: "
+                                  f"{', '.join(columns)}", keys=AS_WRITTEN)
             for row in reader:
                 if skipped < cfg.offset:
                     skipped += 1
                     continue
                 if limit is not None and len(lengths) == limit:
                     break
-                where = f"workload.path={cfg.path!r} line {reader.line_num}"
+                where = (cfg.path, reader.line_num)
                 if "arrived_at" in columns:
                     arrivals.append(_trace_field(where, row, "arrived_at", float, minimum=0.0))
                 lengths.append(tuple(_scaled(cfg, _trace_field(where, row, c, int, minimum=1))
                                      for c in LENGTH_COLUMNS))
                 if context is not None and sum(lengths[-1]) > context:
-                    raise ConfigError(f"{where}: a request of {sum(lengths[-1])} tokens is "
-                                      f"invalid: more than the model's context of {context} tokens")
+                    raise ConfigError("workload.path", cfg.path,
+                                      f"line {reader.line_num}: a request of {sum(lengths[-1])} "
+                                      f"tokens is invalid: more than the model's context of "
+                                      f"{context} tokens", keys=AS_WRITTEN)
     except csv.Error as e:  # a field past the csv module's limit (128 KiB), a NUL byte
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: "
-                          f"not a readable CSV ({e})") from None
+        raise ConfigError("workload.path", cfg.path, f"is invalid: not a readable CSV ({e})",
+                          keys=AS_WRITTEN) from None
     except UnicodeDecodeError:
         # The reader's offset counts from its buffer; the whole file's names the line.
         raw = path.read_bytes()
@@ -275,25 +284,30 @@ def _read_csv(cfg: WorkloadCfg, context: int | None, columns: tuple[str, ...],
         except UnicodeDecodeError as e:
             at = e.start
         line = raw.count(b"\n", 0, at) + 1
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: line {line} is not UTF-8 text "
-                          f"(byte 0x{raw[at]:02x})") from None
+        raise ConfigError("workload.path", cfg.path, f"is invalid: line {line} is not UTF-8 text "
+                          f"(byte 0x{raw[at]:02x})", keys=AS_WRITTEN) from None
     if not lengths and cfg.offset:
-        raise ConfigError(f"workload.offset={cfg.offset} is invalid: "
-                          f"workload.path={cfg.path!r} has {skipped} rows")
+        raise ConfigError("workload.offset", cfg.offset,
+                          f"is invalid: workload.path={cfg.path!r} has {skipped} rows",
+                          keys=AS_WRITTEN)
     if not lengths:
-        raise ConfigError(f"workload.path={cfg.path!r} is invalid: the trace has no rows")
+        raise ConfigError("workload.path", cfg.path, "is invalid: the trace has no rows",
+                          keys=AS_WRITTEN)
     return lengths, arrivals
 
 
 def _scaled(cfg: WorkloadCfg, tokens: int) -> int:
     scaled = tokens * cfg.length_scale
     if not math.isfinite(scaled):
-        raise ConfigError(f"workload.length_scale={cfg.length_scale!r} is invalid: it scales the "
-                          "trace's lengths past the largest float")
+        raise ConfigError("workload.length_scale", cfg.length_scale,
+                          "is invalid: it scales the trace's lengths past the largest float",
+                          keys=AS_WRITTEN)
     return max(1, round(scaled))
 
 
-def _trace_field(where: str, row: dict, column: str, kind: type, minimum: float) -> float:
+def _trace_field(where: tuple[str, int], row: dict, column: str, kind: type,
+                 minimum: float) -> float:
+    """``where``: (the trace's path, the row's line)."""
     raw = row[column]
     try:
         value = kind(raw)
@@ -303,6 +317,8 @@ def _trace_field(where: str, row: dict, column: str, kind: type, minimum: float)
         value, finite = None, False
     if value is None or not finite or value < minimum:
         shown = raw if raw is None or len(raw) <= 40 else f"{raw[:20]}...({len(raw)} characters)"
-        raise ConfigError(f"{where}: {column}={shown!r} is invalid: must be a {kind.__name__} "
-                          f">= {minimum:g} within a float's range")
+        path, line = where
+        raise ConfigError("workload.path", path, f"line {line}: {column}={shown!r} is invalid: "
+                          f"must be a {kind.__name__} >= {minimum:g} within a float's range",
+                          keys=AS_WRITTEN)
     return value

@@ -10,6 +10,7 @@ import torch
 from transformers import PretrainedConfig
 
 from sarathi_lab.attention import AttentionBackend
+from sarathi_lab.config import AS_WRITTEN
 from sarathi_lab.model.configs import ModelLoadError, first_line, open_weights, weight_files
 from sarathi_lab.model.cpu_linear import PackedLinear, aten_from_rows, pack_linears, packed_gemm
 from sarathi_lab.model.decoder import CausalLM
@@ -161,19 +162,22 @@ def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = No
                 if name not in params:
                     if "rotary_emb" in name:
                         continue
-                    raise ModelLoadError(f"model={str(path)!r}: unexpected weight {hf_name}")
+                    raise ModelLoadError("model", str(path), f": unexpected weight {hf_name}",
+                                         keys=AS_WRITTEN)
                 target = params[name].split(sizes[fused])[shard] if fused else params[name]
                 try:
                     tensor = f.get_tensor(hf_name)
                 except Exception as e:  # noqa: BLE001 - safetensors' own error types
-                    raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} in {file.name} "
-                                         f"cannot be read ({first_line(e)})") from None
+                    raise ModelLoadError("model", str(path), f": weight {hf_name} in {file.name} "
+                                         f"cannot be read ({first_line(e)})",
+                                         keys=AS_WRITTEN) from None
                 if shards is not None:
                     tensor = (shards.shard_part(fused, shard, tensor) if fused
                               else shards.shard(name, tensor))
                 if tensor.shape != target.shape:
-                    raise ModelLoadError(f"model={str(path)!r}: weight {hf_name} has shape "
-                                         f"{tuple(tensor.shape)}, expected {tuple(target.shape)}")
+                    raise ModelLoadError("model", str(path), f": weight {hf_name} has shape "
+                                         f"{tuple(tensor.shape)}, expected {tuple(target.shape)}",
+                                         keys=AS_WRITTEN)
                 target.copy_(tensor)
                 # The embedding is whole: the rank's LM head rows come from it.
                 if (shards is not None and lm.config.tie_word_embeddings
@@ -185,6 +189,6 @@ def _load_safetensors(lm: CausalLM, path: Path, shards: TensorShards | None = No
     missing = [n for n in params if not (tied and n == "lm_head.weight")
                and filled.get(n, 0) < len(_FUSED.get(n.split(".")[-2], "?"))]
     if missing:
-        raise ModelLoadError(f"model={str(path)!r}: weights missing from the checkpoint: "
-                             f"{', '.join(missing[:5])}"
-                             + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ModelLoadError("model", str(path), f": weights missing from the checkpoint: "
+                             f"{', '.join(missing[:5])}{more}", keys=AS_WRITTEN)

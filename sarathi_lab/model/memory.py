@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import gc
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sarathi_lab import host_memory
-from sarathi_lab.config import GPU_MEMORY_UTILISATION, SETTING, ConfigError, EngineConfig
+from sarathi_lab.config import GPU_MEMORY_UTILISATION, ConfigError, EngineConfig, Key, Words
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.scheduler import SchedulerConfig, scheduler_class
 from sarathi_lab.model.shape import Shape
@@ -26,21 +26,21 @@ def context_limit(cfg: EngineConfig, hf: ModelConfig) -> int:
     # Sliding-window attention is not implemented, so the context stops at the window.
     if getattr(hf, "sliding_window", None) and getattr(hf, "use_sliding_window", True):
         limit = min(limit, hf.sliding_window)
-    k = SETTING
     if cfg.max_model_len is not None:
         if cfg.max_model_len > limit:
-            raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the model "
-                              f"allows at most {limit}")
+            raise ConfigError("max_model_len", cfg.max_model_len,
+                              f"is invalid: the model allows at most {limit}")
         limit = cfg.max_model_len
     if cfg.warmup_iters >= limit:
         if cfg.max_model_len is not None and cfg.warmup_iters == EngineConfig.warmup_iters:
             # The context the user set is what is too short, not the warm-up they left as it was.
-            raise ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: the "
-                              f"engine's warm-up generates {cfg.warmup_iters} tokens after a "
-                              f"one-token prompt, so it must be at least {cfg.warmup_iters + 1}; "
-                              f"allowed: >= {cfg.warmup_iters + 1}, or {k('warmup_iters')}=0")
-        raise ConfigError(f"{k.set('warmup_iters', cfg.warmup_iters)} is invalid: must be < the "
-                          f"context of {limit} tokens")
+            raise ConfigError("max_model_len", cfg.max_model_len,
+                              f"is invalid: the engine's warm-up generates {cfg.warmup_iters} "
+                              "tokens after a one-token prompt, so it must be at least "
+                              f"{cfg.warmup_iters + 1}",
+                              f">= {cfg.warmup_iters + 1}, or " + Key("warmup_iters") + "=0")
+        raise ConfigError("warmup_iters", cfg.warmup_iters,
+                          f"is invalid: must be < the context of {limit} tokens")
     return limit
 
 
@@ -90,30 +90,32 @@ def context_refused(cfg: EngineConfig, shape: Shape, context: int, why: str) -> 
     tables = rotary_bytes(shape, context)
     if tables <= shape.weight_bytes(1):
         return None
-    k = SETTING
-    said = (f"{_gib(tables)} GiB of rotary tables, {why}; allowed: {k('max_model_len')}=N, a "
-            f"shorter context")
+    said = f"{_gib(tables)} GiB of rotary tables, {why}"
+    allowed = Key("max_model_len") + "=N, a shorter context"
     # The model's own config claims the context: it is the model at fault.
     if cfg.max_model_len is None:
-        return ConfigError(f"{k.set('model', cfg.model)} is invalid here: its config's context of "
-                           f"{context} positions (max_position_embeddings) needs {said}")
-    return ConfigError(f"{k.set('max_model_len', cfg.max_model_len)} is invalid: a context of "
-                       f"{context} positions needs {said}")
+        return ConfigError("model", cfg.model, "is invalid here: its config's context of "
+                           f"{context} positions (max_position_embeddings) needs {said}", allowed)
+    return ConfigError("max_model_len", cfg.max_model_len,
+                       f"is invalid: a context of {context} positions needs {said}", allowed)
 
 
-def block_refused(cfg: EngineConfig, block_bytes: int, room: int, where: str) -> ConfigError | None:
+def block_refused(cfg: EngineConfig, block_bytes: int, room: int,
+                  where: Words) -> ConfigError | None:
     """Names block_size where one block outgrows the room (one token: the memory is short)."""
     if block_bytes <= room or cfg.block_size == 1:
         return None
     fits = max(room // (block_bytes // cfg.block_size), 1)
-    return ConfigError(f"{SETTING.set('block_size', cfg.block_size)} is invalid: one block of KV "
-                       f"cache takes {_gib(block_bytes)} GiB, more than the "
-                       f"{_gib(max(room, 0))} GiB left on {where} beside the weights; allowed: a "
-                       f"block of at most {fits} tokens (16 is usual)")
+    return ConfigError("block_size", cfg.block_size,
+                       f"is invalid: one block of KV cache takes {_gib(block_bytes)} GiB, more "
+                       f"than the {_gib(max(room, 0))} GiB left on " + where
+                       + " beside the weights",
+                       f"a block of at most {fits} tokens (16 is usual)")
 
 
 def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.dtype,
-                    device_type: str, why: str, room_bytes: int) -> str:
+                    device_type: str, why: str, room_bytes: int) -> tuple[str, Words]:
+    """(why, allowed)."""
     total = resident_weight_bytes(cfg, shape, context, dtype, device_type)
     copies = packed_copies(cfg, dtype, device_type)
     packed = copies * shape.weight_bytes(dtype.itemsize)
@@ -121,11 +123,11 @@ def weights_refused(cfg: EngineConfig, shape: Shape, context: int, dtype: torch.
     if copies:
         said += (f" and the CPU GEMM's {copies} packed cop{'ies' if copies > 1 else 'y'} of them "
                  f"{_gib(packed)} GiB more ({_gib(total)} GiB in all)")
-    way_out = "a smaller model or dtype"
+    way_out: Words = "a smaller model or dtype"
     if copies and total - packed <= room_bytes:
-        way_out = (f"{SETTING('cpu_linear')}=aten, which packs no copy ({_gib(total - packed)} GiB "
+        way_out = (Key("cpu_linear") + f"=aten, which packs no copy ({_gib(total - packed)} GiB "
                    f"in all; its decode batches run slower: docs/cpu_engine.md), or {way_out}")
-    return f"{said}, {why}; allowed: {way_out}"
+    return f"{said}, {why}", way_out
 
 
 def _gib(n: int) -> str:
@@ -160,8 +162,9 @@ def whole_prompt_kv_blocks(cfg: EngineConfig, shape: Shape, context: int, elem_b
 
 def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, context: int,
                       dtype: torch.dtype, device_type: str, memory_bytes: int, weight_bytes: int,
-                      where: str, too_large: str | None = None) -> int:
-    too_large = too_large or f"{SETTING.set('model', cfg.model)} is invalid on {where}"
+                      where: Words, too_large: tuple[str, Any, Words] | None = None) -> int:
+    """``too_large``: (setting, value, why) refused where the model leaves no room (the model)."""
+    setting, value, invalid = too_large or ("model", cfg.model, "is invalid on " + where)
     elem_bytes = dtype.itemsize
     block_bytes = shape.kv_bytes_per_token(elem_bytes) * cfg.block_size
     room = (gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, 0) if device_type == "cuda"
@@ -172,24 +175,25 @@ def default_kv_blocks(cfg: EngineConfig, sched: SchedulerConfig, shape: Shape, c
             raise refused  # the weights fit: one block is what does not
         if (refused := context_refused(cfg, shape, context, why)) is not None:
             raise refused
-        raise ConfigError(f"{too_large}: " + weights_refused(
-            cfg, shape, context, dtype, device_type, why, memory_bytes - block_bytes))
+        said, allowed = weights_refused(cfg, shape, context, dtype, device_type, why,
+                                        memory_bytes - block_bytes)
+        raise ConfigError(setting, value, invalid + ": " + said, allowed)
     if device_type == "cuda":
         scheduler = scheduler_class(cfg.scheduler)
         tokens = scheduler.largest_iteration_tokens(sched)
         if scheduler.prefills_whole_prompts or tokens is None:
             blocks = whole_prompt_kv_blocks(cfg, shape, context, elem_bytes, room, tokens)
             if blocks < 1:
-                raise ConfigError(f"{too_large}: beside its weights no block of KV cache fits "
-                                  f"with the activations of prefilling its tokens whole "
-                                  f"({SETTING('scheduler')}={cfg.scheduler})")
+                raise ConfigError(setting, value, invalid + ": beside its weights no block of KV "
+                                  "cache fits with the activations of prefilling its tokens whole ("
+                                  + Key("scheduler") + f"={cfg.scheduler})")
             return blocks
         room = gpu_kv_bytes(shape, elem_bytes, memory_bytes, weight_bytes, tokens)
         if room < block_bytes:
-            raise ConfigError(f"{SETTING.set('chunk_size', cfg.chunk_size)} is invalid on {where}: "
-                              f"an iteration of this many tokens and a decode per running request "
-                              f"({tokens} in all) leaves no room for a KV cache",
-                              setting="chunk_size")
+            raise ConfigError("chunk_size", cfg.chunk_size,
+                              "is invalid on " + where + ": an iteration of this many tokens and a "
+                              f"decode per running request ({tokens} in all) leaves no room for a "
+                              "KV cache")
         return room // block_bytes
     # Each micro-batch in flight holds its blocks until its tokens return, else stages idle.
     requests = cfg.max_batch_size * cfg.pipeline_parallel
@@ -209,21 +213,22 @@ def plan_kv_blocks(cfg: EngineConfig, hf: ModelConfig, sched: SchedulerConfig, c
         why = f"more than the {_gib(available)} GiB available on {where_memory(device)}"
         if (refused := context_refused(cfg, shape, context, why)) is not None:
             raise refused
-        raise ConfigError(f"{SETTING.set('model', cfg.model)} is invalid here: " + weights_refused(
-            cfg, shape, context, dtype, device.type, why, available - block_bytes))
+        said, allowed = weights_refused(cfg, shape, context, dtype, device.type, why,
+                                        available - block_bytes)
+        raise ConfigError("model", cfg.model, "is invalid here: " + said, allowed)
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
     if (key is None or blocks * block_bytes > room) and (
             refused := block_refused(cfg, block_bytes, room, where_memory(device))):
         raise refused
     if key is not None:
         if blocks * block_bytes > room:
-            raise ConfigError(f"{SETTING.set(key, getattr(cfg, key))} is invalid: "
-                              f"{kv_excess(blocks, block_bytes, room, where_memory(device))}")
+            raise ConfigError(key, getattr(cfg, key), "is invalid: "
+                              + kv_excess(blocks, block_bytes, room, where_memory(device)))
         return blocks
     return default_kv_blocks(cfg, sched, shape, context, dtype, device.type, available, weights,
                              str(device))
 
 
-def kv_excess(blocks: int, block_bytes: int, room: int, where: object) -> str:
+def kv_excess(blocks: int, block_bytes: int, room: int, where: Words) -> Words:
     return (f"{blocks} blocks of {block_bytes} bytes take {_gib(blocks * block_bytes)} GiB, "
-            f"more than the {_gib(max(room, 0))} GiB left on {where} beside the weights")
+            f"more than the {_gib(max(room, 0))} GiB left on " + where + " beside the weights")

@@ -5,11 +5,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from sarathi_lab.config import (
+    AS_WRITTEN,
     GPU_MEMORY_UTILISATION,
-    SETTING,
     ConfigError,
     EngineConfig,
-    as_written,
+    Key,
     check_choice,
     check_count,
 )
@@ -38,34 +38,36 @@ def _kv_bytes(device: Device, config: ModelConfig, elem_bytes: int, max_tokens: 
     # NaN compares false both ways: unchecked it became int(nan) deep below, or 0 bytes.
     number = isinstance(utilisation, (int, float)) and not isinstance(utilisation, bool)
     if not number or not 0 < utilisation <= 1:
-        raise ConfigError(f"utilisation={utilisation!r} is invalid: must be a number in (0, 1]")
+        raise ConfigError("utilisation", utilisation, "is invalid: must be a number in (0, 1]",
+                          keys=AS_WRITTEN)
     s = Shape.of(config)
     weights = s.weight_bytes(elem_bytes)
     kv_bytes = gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, 0, utilisation)
     if kv_bytes < s.kv_bytes_per_token(elem_bytes):
         usable = int(device.memory_bytes * utilisation)
-        raise ConfigError(f"sim_device={device.name!r} is invalid for this model: "
-                          f"{weights / 2**30:.1f} GiB of weights leave no room for a KV cache in "
-                          f"{usable / 2**30:.1f} GiB")
+        raise ConfigError("sim_device", device.name,
+                          f"is invalid for this model: {weights / 2**30:.1f} GiB of weights leave "
+                          f"no room for a KV cache in {usable / 2**30:.1f} GiB", keys=AS_WRITTEN)
     return gpu_kv_bytes(s, elem_bytes, device.memory_bytes, weights, max_tokens, utilisation)
 
 
 def kv_capacity_tokens(device: Device, config: ModelConfig, elem_bytes: int = 2,
                        max_tokens: int = 0, utilisation: float = GPU_MEMORY_UTILISATION) -> int:
     """The paper's arithmetic, in shapes alone; one line when nothing fits."""
-    check_count("max_tokens", max_tokens, 0)
+    check_count("max_tokens", max_tokens, 0, AS_WRITTEN)
     free = _kv_bytes(device, config, elem_bytes, max_tokens, utilisation)
     kv = Shape.of(config).kv_bytes_per_token(elem_bytes)
     if free < kv:
-        raise ConfigError(f"max_tokens={max_tokens} is invalid on sim_device={device.name!r}: the "
-                          "activations of an iteration this large leave no room for a KV cache")
+        raise ConfigError("max_tokens", max_tokens,
+                          f"is invalid on sim_device={device.name!r}: the activations of an "
+                          "iteration this large leave no room for a KV cache", keys=AS_WRITTEN)
     return free // kv
 
 
 def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int = 2,
               utilisation: float = GPU_MEMORY_UTILISATION) -> int:
     """The paper's B: requests whose KV fits beside prefilling them all at once."""
-    check_count("seq_len", seq_len, 1)
+    check_count("seq_len", seq_len, 1, AS_WRITTEN)
     free = _kv_bytes(device, config, elem_bytes, 0, utilisation)
     return tokens_with_activations(Shape.of(config), elem_bytes, free) // seq_len
 
@@ -73,8 +75,7 @@ def max_batch(device: Device, config: ModelConfig, seq_len: int, elem_bytes: int
 def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: SchedulerConfig,
                         context: int) -> int:
     """An explicit count or budget if it fits (or, ``sim_kv_beyond_device``, as a what-if)."""
-    k = SETTING
-    check_choice(k("sim_device"), cfg.sim_device, DEVICES)
+    check_choice("sim_device", cfg.sim_device, DEVICES)
     # One GPU holds its shard of its stage's weights and KV: its capacity is the engine's.
     config = shard(config, cfg.sim_tp, cfg.sim_pp, cfg.model)
     dtype, kind = simulated_dtype(cfg.sim_device, cfg.dtype), device_type(cfg.sim_device)
@@ -83,19 +84,20 @@ def simulated_kv_blocks(cfg: EngineConfig, config: ModelConfig, sched: Scheduler
     device = load_device(cfg.sim_device, cfg.dtype)
     weights = resident_weight_bytes(cfg, shape, context, dtype, kind)
     key, blocks = cfg.kv_size_key, cfg.explicit_kv_blocks(block_bytes)
-    where = k.set("sim_device", cfg.sim_device)
+    where = Key("sim_device", cfg.sim_device)
     if key is not None:
         room = device.memory_bytes - weights
         if blocks * block_bytes > room:
             excess = kv_excess(blocks, block_bytes, room, where)
             if not cfg.sim_kv_beyond_device:
-                raise ConfigError(f"{k.set(key, getattr(cfg, key))} is invalid: {excess} "
-                                  f"({k('sim_kv_beyond_device')}=true runs it as a what-if)")
-            log.warning("what-if KV cache (sim_kv_beyond_device): %s", as_written(excess))
+                raise ConfigError(key, getattr(cfg, key), "is invalid: " + excess + " ("
+                                  + Key("sim_kv_beyond_device") + "=true runs it as a what-if)")
+            log.warning("what-if KV cache (sim_kv_beyond_device): %s", excess)
         return blocks
     # Here the device is the setting to change: the model is what is being studied.
     return default_kv_blocks(cfg, sched, shape, context, dtype, kind, device.memory_bytes, weights,
-                             where, too_large=f"{where} is invalid for this model")
+                             where, too_large=("sim_device", cfg.sim_device,
+                                               "is invalid for this model"))
 
 
 def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
@@ -105,5 +107,4 @@ def simulated_cost_model(cfg: EngineConfig, config: ModelConfig) -> CostModel:
         return CostModel.for_device(cfg.sim_device, model, cfg.sim_cost_model, cfg.dtype,
                                     tp=cfg.sim_tp, pp=cfg.sim_pp)
     except FileNotFoundError as e:
-        raise ConfigError(f"{SETTING.set('sim_cost_model', cfg.sim_cost_model)} is invalid here: "
-                          f"{e}") from None
+        raise ConfigError("sim_cost_model", cfg.sim_cost_model, f"is invalid here: {e}") from None

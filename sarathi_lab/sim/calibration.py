@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import AS_WRITTEN, ConfigError
 from sarathi_lab.model.shape import Shape, visible_pairs
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.interpolate import isotonic, up_to_point
@@ -26,8 +26,8 @@ def check_keys(cls, raw: dict, where: str) -> None:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]} is not a known key; known keys: "
-                          f"{', '.join(sorted(known))}")
+        raise ConfigError(f"{where}.{unknown[0]}", why="is not a known key; known keys: "
+                          f"{', '.join(sorted(known))}", keys=AS_WRITTEN)
 
 
 def measured_shape(model: str) -> Shape:
@@ -80,17 +80,20 @@ class Calibration:
     def __post_init__(self):
         n = len(self.gemm_tokens)
         if n != len(self.gemm_efficiency) or n != len(self.gemm_launch_s):
-            raise ConfigError(f"sim.device.calibration.gemm_tokens has {len(self.gemm_tokens)} "
-                              f"points but gemm_efficiency {len(self.gemm_efficiency)} and "
-                              f"gemm_launch_s {len(self.gemm_launch_s)}: they must match")
+            raise ConfigError("sim.device.calibration.gemm_tokens",
+                              why=f"has {len(self.gemm_tokens)} points but gemm_efficiency "
+                              f"{len(self.gemm_efficiency)} and gemm_launch_s "
+                              f"{len(self.gemm_launch_s)}: they must match", keys=AS_WRITTEN)
         unknown = sorted(set(self.pointwise) - set(POINTWISE_KINDS))
         if unknown:
-            raise ConfigError(f"sim.device.calibration.pointwise.{unknown[0]} is not a known kind; "
-                              f"known: {', '.join(POINTWISE_KINDS)}")
+            raise ConfigError(f"sim.device.calibration.pointwise.{unknown[0]}",
+                              why=f"is not a known kind; known: {', '.join(POINTWISE_KINDS)}",
+                              keys=AS_WRITTEN)
         values = [*self.gemm_efficiency, *(e for _, e in self.pointwise.values())]
         if any(not 0 < v <= 1.5 for v in values):
-            raise ConfigError(f"sim.device.calibration: an efficiency {min(values)}..{max(values)} "
-                              "is invalid: must lie in (0, 1.5]")
+            raise ConfigError("sim.device.calibration",
+                              why=f": an efficiency {min(values)}..{max(values)} is invalid: must "
+                              "lie in (0, 1.5]", keys=AS_WRITTEN)
 
     @property
     def has_attention(self) -> bool:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 from sarathi_lab.config import (
     DTYPE_BYTES,
     DTYPES,
-    SETTING,
     SIM_COST_MODELS,
     ConfigError,
+    Key,
     check_choice,
 )
 from sarathi_lab.model import PRESETS, load_config
@@ -89,31 +89,29 @@ class CostModel(abc.ABC):
                    profile: str | Path | None = None, tp: int = 1, pp: int = 1) -> CostModel:
         """``profile``: the CSV for cost_model="profile" (default
         ``profiles/<device>/<model>.csv``); a refusal names the engine's settings."""
-        config, k = model, SETTING
+        config = model
         if isinstance(model, str):
             # A model whose GPU kernels were measured but which is no preset.
             measured_only = model not in PRESETS and model in gpu_kernels.model_shapes().index
             config = gpu_kernels.config_of(model) if measured_only else load_config(model)
-        check_choice(k("dtype"), dtype, DTYPES)
+        check_choice("dtype", dtype, DTYPES)
         # The dtype the engine runs there: its element size is every byte count's.
         dtype = device_dtype(device, dtype)
         own_table = profile is not None or (isinstance(model, str)
                                             and profile_path(device, model).is_file())
-        others = f"{k('sim_cost_model')}=calibrated or roofline"
+        others = Key("sim_cost_model") + "=calibrated or roofline"
         if tp > 1 and cost_model == "profile" and own_table:
-            raise ConfigError(f"{k.set('sim_tp', tp)} is invalid with "
-                              f"{k.set('sim_cost_model', cost_model)} and a profile measured by "
-                              "task=profile: it times one device running the whole model; "
-                              f"allowed: {k('sim_tp')}=1, or {others}")
+            raise ConfigError("sim_tp", tp, "is invalid with " + Key("sim_cost_model", cost_model)
+                              + " and a profile measured by task=profile: it times one device "
+                              "running the whole model", Key("sim_tp") + "=1, or " + others)
         if pp > 1 and cost_model == "profile":
-            raise ConfigError(f"{k.set('sim_pp', pp)} is invalid with "
-                              f"{k.set('sim_cost_model', cost_model)}: a profile times the "
-                              f"whole model's layers, not a stage's; allowed: {k('sim_pp')}=1, "
-                              f"or {others}")
+            raise ConfigError("sim_pp", pp, "is invalid with " + Key("sim_cost_model", cost_model)
+                              + ": a profile times the whole model's layers, not a stage's",
+                              Key("sim_pp") + "=1, or " + others)
         name = model if isinstance(model, str) else ""
         whole, config = config, shard(config, 1, pp, name)
         part = shard(config, tp, 1, name)
-        check_choice(k("sim_cost_model"), cost_model, SIM_COST_MODELS)
+        check_choice("sim_cost_model", cost_model, SIM_COST_MODELS)
         measured = cost_model == "profile" and device in gpu_kernels.measured_devices()
         choice = Choice(device, model, config, part, cost_model, dtype, profile, own_table, tp,
                         gpu_kernels.model_of(config) if measured else None)

@@ -13,7 +13,7 @@ import yaml
 from sarathi_kernels.cpu_build import cpuinfo
 
 from sarathi_lab import host_memory
-from sarathi_lab.config import DTYPE_BYTES, ConfigError, check_choice
+from sarathi_lab.config import AS_WRITTEN, DTYPE_BYTES, ConfigError, check_choice
 from sarathi_lab.host_features import run_dtype
 from sarathi_lab.sim.calibration import Calibration, check_keys
 
@@ -62,8 +62,8 @@ class Device:
 
     def __post_init__(self):
         if not isinstance(self.kv_reread, bool):
-            raise ConfigError(f"sim.device.{self.name}.kv_reread={self.kv_reread!r} is invalid: "
-                              "must be true or false")
+            raise ConfigError(f"sim.device.{self.name}.kv_reread", self.kv_reread,
+                              "is invalid: must be true or false", keys=AS_WRITTEN)
         for f in dataclasses.fields(self):
             if f.name in ("name", "sources", "kv_reread", "calibration"):
                 continue
@@ -80,7 +80,8 @@ class Device:
                 why = "an efficiency is at most 1"
             else:
                 continue
-            raise ConfigError(f"sim.device.{self.name}.{f.name}={value!r} is invalid: {why}")
+            raise ConfigError(f"sim.device.{self.name}.{f.name}", value, f"is invalid: {why}",
+                              keys=AS_WRITTEN)
 
     def prepare_s(self, tokens: int) -> float:
         return self.host_overhead_s + self.host_per_token_s * tokens
@@ -93,7 +94,7 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def load_device(name: str, dtype: str = "bfloat16") -> Device:
     if name == "cpu":
         return cpu_device(dtype)
-    check_choice("sim_device", name, DEVICES)
+    check_choice("sim_device", name, DEVICES, AS_WRITTEN)
     raw = yaml.load((DEVICES_DIR / f"{name}.yaml").read_text(), Loader=_SAFE_LOADER)
     raw["sources"] = tuple(raw.get("sources", ()))
     if raw.get("calibration") is not None:
@@ -177,8 +178,8 @@ def cpu_device(dtype: str = "bfloat16") -> Device:
     except ValueError as e:
         entry, why = None, f"{path} is {e}"
     if entry is None:
-        raise ConfigError(f"sim_device='cpu' needs this CPU's measured ceilings: {why}; "
-                          f"measure them with {MEASURE_COMMAND} --dtype {dtype}")
+        raise ConfigError("sim_device", "cpu", f"needs this CPU's measured ceilings: {why}; "
+                          f"measure them with {MEASURE_COMMAND} --dtype {dtype}", keys=AS_WRITTEN)
     return Device(name="cpu", peak_flops=entry["matmul_gflops"] * 1e9,
                   memory_bandwidth=entry["copy_gbps"] * 1e9, memory_bytes=host_memory.total(),
                   sources=((f"measured on {key} with {entry.get('threads', '?')} threads at "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import SETTING, ConfigError
+from sarathi_lab.config import ConfigError, Key
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import FINE_GRID
 from sarathi_lab.sim.cost_model import (
@@ -31,15 +31,16 @@ class KernelCostModel(CostModel):
     @classmethod
     def build(cls, choice: Choice) -> KernelCostModel:
         """Refused in one line where none were measured."""
-        device, name, tp, k = choice.device, choice.measured_name, choice.tp, SETTING
+        device, name, tp = choice.device, choice.measured_name, choice.tp
         one = roofline_for(choice)
         have = gpu_kernels.measured(device, tp)
         if name not in have:
-            at = f" at {k.set('sim_tp', tp)}" if tp > 1 else ""
+            at = " at " + Key("sim_tp", tp) if tp > 1 else ""
             use = "calibrated" if one.device.calibration else "roofline"
-            raise ConfigError(f"{k.set('sim_cost_model', 'profile')} is invalid for this model on "
-                              f"{k.set('sim_device', device)}{at}: its GPU kernels were not "
-                              f"measured (measured: {', '.join(have) or 'none'}); use {use}")
+            raise ConfigError("sim_cost_model", "profile",
+                              "is invalid for this model on " + Key("sim_device", device) + at
+                              + ": its GPU kernels were not measured (measured: "
+                              f"{', '.join(have) or 'none'}); use {use}")
         tp_part = f" tp{tp}" if tp > 1 else ""
         return cls(gpu_kernels.kernels(device, name, tp), one, choice.part, choice.dtype,
                    source=f"{device}/{name}{tp_part} (vidur's measurements, MIT licence)")

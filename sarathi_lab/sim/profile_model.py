@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sarathi_lab.config import SETTING, ConfigError
+from sarathi_lab.config import ConfigError
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.cost_model import (
     Choice,
@@ -147,9 +147,9 @@ class ProfileCostModel(CostModel):
         description = profile_description(path)
         measured = description.get("engine", {}).get("torch_dtype")
         if measured is not None and measured != dtype:
-            raise ConfigError(f"{SETTING.set('dtype', dtype)} is invalid with the profile {path}: "
-                              f"it was measured in {measured} (run task=profile in {dtype}, or "
-                              f"simulate in {measured})")
+            raise ConfigError("dtype", dtype,
+                              f"is invalid with the profile {path}: it was measured in {measured} "
+                              f"(run task=profile in {dtype}, or simulate in {measured})")
         spread = drift_spread(description)
         if spread is not None and spread > DRIFT_WARNING:
             warnings.warn(f"profile {path}: its reference forward moved by up to "
@@ -165,9 +165,9 @@ class ProfileCostModel(CostModel):
             raise
         except (ValueError, KeyError, IndexError, TypeError) as e:
             what = f"no column {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:160]
-            raise ConfigError(f"{SETTING.set('sim_cost_model', 'profile')} is invalid here: the "
-                              f"profile {path} is unreadable ({what}); run task=profile "
-                              "again") from None
+            raise ConfigError("sim_cost_model", "profile",
+                              f"is invalid here: the profile {path} is unreadable ({what}); run "
+                              "task=profile again") from None
 
     def _dense_s(self, tokens: int) -> tuple[float, bool]:
         if tokens not in self._dense_cache:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import SETTING, ConfigError
+from sarathi_lab.config import ConfigError, Key
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim.calibration import attention_flops, ceil_to, pointwise_elems
 from sarathi_lab.sim.cost_model import (
@@ -135,9 +135,10 @@ class CalibratedRooflineCostModel(RooflineCostModel):
 
     def __init__(self, device: Device, config: ModelConfig, dtype: str = "bfloat16"):
         if device.calibration is None:
-            raise ConfigError(f"{SETTING.set('sim_cost_model', 'calibrated')} is invalid with "
-                              f"{SETTING.set('sim_device', device.name)}: its device file has no "
-                              "calibration (no GPU kernels measured there); use 'roofline'")
+            raise ConfigError("sim_cost_model", "calibrated",
+                              "is invalid with " + Key("sim_device", device.name) + ": its device "
+                              "file has no calibration (no GPU kernels measured there); use "
+                              "'roofline'")
         super().__init__(device, config, dtype)
         self.cal = device.calibration
         self.pointwise_bytes = {kind: pointwise_elems(kind, self.shape) * self.elem_bytes

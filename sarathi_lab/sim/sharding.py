@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import ConfigError, check_count
+from sarathi_lab.config import AS_WRITTEN, ConfigError, check_count
 from sarathi_lab.model.parallel.sharding import TensorShards
 from sarathi_lab.model.parallel.stages import Stage
 from sarathi_lab.refusal import marked_as
@@ -26,14 +26,14 @@ class Parallelism:
 
     def __post_init__(self):
         for key in ("tp", "pp"):
-            check_count(f"sim.parallel.{key}", getattr(self, key), 1)
+            check_count(f"sim.parallel.{key}", getattr(self, key), 1, AS_WRITTEN)
         # A NaN bandwidth never lets the clock pass a finite time: the run would not end.
         for key in ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s"):
             value, bandwidth = getattr(self, key), key.endswith("bandwidth")
             number = not isinstance(value, bool) and isinstance(value, (int, float))
             if not number or not math.isfinite(value) or value < 0 or (bandwidth and value == 0):
-                raise ConfigError(f"sim.parallel.{key}={value!r} is invalid: must be a finite "
-                                  f"number {'> 0' if bandwidth else '>= 0'}")
+                raise ConfigError(f"sim.parallel.{key}", value, "is invalid: must be a finite "
+                                  f"number {'> 0' if bandwidth else '>= 0'}", keys=AS_WRITTEN)
 
     def p2p_s(self, tokens: int, hidden_bytes: int) -> float:
         """One stage's send of a micro-batch's hidden states to the next; none without stages."""

@@ -13,10 +13,13 @@ from typing import Any, ClassVar
 
 from sarathi_lab.config import (
     ENGINE_FIELDS,
-    SETTING,
     ConfigError,
+    Key,
+    Words,
+    Written,
     check_choice,
     check_fields,
+    marked_as,
     settings_of,
 )
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
@@ -41,13 +44,16 @@ class SchedulerConfig:
     def __post_init__(self):
         # The engine's settings it reads were checked as EngineConfig's: only its knobs here.
         engine = {f.name for f in settings_of(type(self))} - set(self.knobs())
-        check_fields(self, positive=True, keys=self.key, held=engine)
+        with marked_as(self.reads_as):
+            check_fields(self, positive=True, held=engine)
 
-    def key(self, name: str) -> str:
-        return SETTING(self.reads_as.get(name, name))
+    def key(self, name: str) -> Key:
+        """A field named in a refusal as the engine's setting."""
+        return Key(self.reads_as.get(name, name))
 
-    def setting(self, name: str) -> str:
-        return SETTING.set(self.reads_as.get(name, name), getattr(self, name))
+    def setting(self, name: str) -> Key:
+        """A field and its value named in a refusal as the engine's setting."""
+        return Key(self.reads_as.get(name, name), getattr(self, name))
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> SchedulerConfig:
@@ -84,8 +90,7 @@ class Scheduler(ABC):
         self.config = config
         self.blocks = block_manager
         if (why := self.cache_refusal(config, block_manager)) is not None:
-            raise ConfigError(f"{SETTING.set('num_kv_blocks', block_manager.num_blocks)} is "
-                              f"invalid{why}")
+            raise ConfigError("num_kv_blocks", block_manager.num_blocks, "is invalid" + why)
         self.waiting: list[Sequence] = []  # in arrival order, preempted requests included
         self.running: list[Sequence] = []
         self.in_flight: set[int] = set()
@@ -94,17 +99,18 @@ class Scheduler(ABC):
         self.micro_batches = 1
 
     @classmethod
-    def cache_refusal(cls, config: SchedulerConfig, block_manager: BlockManager) -> str | None:
+    def cache_refusal(cls, config: SchedulerConfig, block_manager: BlockManager) -> Words | None:
         """What follows "is invalid" where one request's reserved blocks don't fit."""
         need = cls.reserved_blocks(config.max_model_len, block_manager.block_size)
         kept = block_manager.watermark_blocks
         if need <= block_manager.admissible_blocks:
             return None
-        beside = f" beside the {kept} its {config.key('kv_watermark')} keeps free" if kept else ""
-        return (f" with {config.key('scheduler')}={cls.name}: it reserves "
-                f"{config.setting('max_model_len')} tokens ({need} blocks) for each "
-                f"request{beside}; allowed: >= {need + kept} blocks, or a smaller "
-                f"{config.key('max_model_len')}")
+        watermark = config.key("kv_watermark")
+        beside = f" beside the {kept} its " + watermark + " keeps free" if kept else ""
+        return (" with " + config.key("scheduler") + f"={cls.name}: it reserves "
+                + config.setting("max_model_len") + f" tokens ({need} blocks) for each "
+                f"request" + beside + f"; allowed: >= {need + kept} blocks, or a smaller "
+                + config.key("max_model_len"))
 
     @classmethod
     def reserved_blocks(cls, max_model_len: int, block_size: int) -> int:
@@ -299,7 +305,7 @@ def scheduler_names() -> tuple[str, ...]:
 
 
 def scheduler_class(name: str) -> type[Scheduler]:
-    check_choice(SETTING("scheduler"), name, tuple(_REGISTRY))
+    check_choice("scheduler", name, tuple(_REGISTRY))
     return _REGISTRY[name]
 
 
@@ -325,9 +331,9 @@ def unknown_knob(key: str, shown: str) -> ConfigError:
     known = knob_names()
     names = sorted(known | ENGINE_FIELDS - {"scheduler_knobs"})
     near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-    hint = f" nor engine setting (nearest: {SETTING(near[0])}={shown})" if near else ""
-    return ConfigError(f"{SETTING(key)}={shown} is invalid: no scheduler has this knob{hint}; "
-                       f"allowed: {', '.join(sorted(known)) or 'none'}", key)
+    hint = " nor engine setting (nearest: " + Key(near[0]) + f"={shown})" if near else ""
+    return ConfigError(key, Written(shown), "is invalid: no scheduler has this knob" + hint,
+                       ", ".join(sorted(known)) or "none")
 
 
 def knob_owners(key: str) -> list[str]:
@@ -338,10 +344,11 @@ def foreign_knob(name: str, key: str, value: Any) -> ConfigError | None:
     """Refuses another scheduler's knob set for one engine: never silently dropped."""
     if key in scheduler_class(name).Config.knobs() or not (owners := knob_owners(key)):
         return None
-    s, knobs = SETTING("scheduler"), scheduler_class(name).Config.knobs()
-    return ConfigError(f"{SETTING.set(key, value)} is invalid: {key} is a knob of "
-                       f"{s}={' and '.join(owners)}, not of {s}={name}; allowed: {s}={owners[0]} "
-                       f"with it, or {s}={name}'s knobs: {', '.join(knobs) or 'none'}")
+    s, knobs = Key("scheduler"), scheduler_class(name).Config.knobs()
+    return ConfigError(key, value, f"is invalid: {key} is a knob of " + s
+                       + f"={' and '.join(owners)}, not of " + s + f"={name}",
+                       s + f"={owners[0]} with it, or " + s
+                       + f"={name}'s knobs: {', '.join(knobs) or 'none'}")
 
 
 @functools.cache

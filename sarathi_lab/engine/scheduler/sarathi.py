@@ -21,12 +21,14 @@ class SarathiConfig(SchedulerConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.chunk_align == "tile" and self._most_tokens() < self.tile:
-            raise ConfigError(f"{self.setting('chunk_align')} is invalid with "
-                              f"{self.setting('chunk_size')}, {self.setting('max_batch_size')}, "
-                              f"{self.setting('tile')}: a chunk and its decodes (at most "
-                              f"{self._most_tokens()} tokens) never fill a whole tile; allowed: "
-                              f"none, auto, or {self.key('chunk_size')}="
-                              f"{self.tile - self.max_batch_size + 1} or more, or a smaller tile")
+            raise ConfigError("chunk_align", self.chunk_align,
+                              "is invalid with " + self.setting("chunk_size") + ", "
+                              + self.setting("max_batch_size") + ", " + self.setting("tile")
+                              + f": a chunk and its decodes (at most {self._most_tokens()} tokens) "
+                              "never fill a whole tile",
+                              "none, auto, or " + self.key("chunk_size")
+                              + f"={self.tile - self.max_batch_size + 1} or more, or a smaller "
+                              "tile")
 
     def _most_tokens(self) -> int:
         return self.chunk_size + self.max_batch_size - 1

@@ -14,7 +14,7 @@ from typing import Any
 
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import STATUSES, Metric, StepResult  # noqa: F401 (re-export)
-from sarathi_lab.config import check_choice
+from sarathi_lab.config import AS_WRITTEN, check_choice
 from sarathi_lab.harness.results import write_atomically
 from sarathi_lab.measure.gpu import archive_members
 from sarathi_lab.measure.gpu.archive_members import MAX_FILE_BYTES
@@ -69,7 +69,7 @@ def started_at(out: Path, name: str) -> float | None:
 
 def write_result(out: Path, result: StepResult) -> None:
     """The result, atomically; then, for a finished step, its done-marker."""
-    check_choice("status", result.status, STATUSES)
+    check_choice("status", result.status, STATUSES, AS_WRITTEN)
     d = step_dir(out, result.step)
     d.mkdir(parents=True, exist_ok=True)
     text = json.dumps(asdict(result), indent=1, default=str)

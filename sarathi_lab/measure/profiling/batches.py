@@ -7,7 +7,7 @@ import contextlib
 import random
 from collections.abc import Iterator
 
-from sarathi_lab.config import check_choice
+from sarathi_lab.config import AS_WRITTEN, check_choice
 from sarathi_lab.engine.batch import ScheduledBatch, ScheduledChunk
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.engine.sequence import Sequence
@@ -17,7 +17,7 @@ LAYOUTS = ("allocated", "served", "scattered", "contiguous")
 
 class SyntheticBatches:
     def __init__(self, llm, *, seed: int = 0, layout: str = "allocated"):
-        check_choice("layout", layout, LAYOUTS)
+        check_choice("layout", layout, LAYOUTS, AS_WRITTEN)
         self.blocks = llm.block_manager
         self.block_size = self.blocks.block_size
         self.vocab = llm.model_config.vocab_size

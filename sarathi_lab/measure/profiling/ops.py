@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import AS_WRITTEN, ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.sim.profiles import OPS
 
@@ -97,7 +97,7 @@ def refuse_cut(llm, batch: ScheduledBatch) -> None:
     at = rule.cut(batch.num_tokens, batch.num_prefill_tokens, len(batch.decodes))
     if at is not None:
         raise ConfigError(
-            f"engine.overlap={rule.mode!r} is invalid with an op breakdown of a batch it cuts "
+            "engine.overlap", rule.mode, "is invalid with an op breakdown of a batch it cuts "
             f"({batch.num_tokens} tokens, {len(batch.decodes)} decodes: nano-batches at token "
-            f"{at}): the hooks time each op between device syncs, which serialise the two streams; "
-            "allowed: none (the launch step's timeline.csv times the streams)")
+            f"{at}): the hooks time each op between device syncs, which serialise the two streams",
+            "none (the launch step's timeline.csv times the streams)", keys=AS_WRITTEN)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from sarathi_lab.config import ConfigError, check_choice, check_count
+from sarathi_lab.config import AS_WRITTEN, ConfigError, check_choice, check_count
 
 KEY = "sim_pipeline"  # errors name a knob as sim_pipeline.<field>
 CHUNK_ALIGNS = ("none", "tile")
@@ -45,23 +45,24 @@ class PipelineSetup:
 
     def __post_init__(self):
         for name in ("requests", "min_tokens", "tp", "pp", "batch", "tp_only_batch", "chunk"):
-            check_count(f"{KEY}.{name}", getattr(self, name), 1)
-        check_count(f"{KEY}.seed", self.seed, 0)
+            check_count(f"{KEY}.{name}", getattr(self, name), 1, AS_WRITTEN)
+        check_count(f"{KEY}.seed", self.seed, 0, AS_WRITTEN)
         if self.max_tokens < self.min_tokens:
-            raise ConfigError(f"{KEY}.max_tokens={self.max_tokens!r} is invalid: must be >= "
-                              f"{KEY}.min_tokens={self.min_tokens}")
+            raise ConfigError(f"{KEY}.max_tokens", self.max_tokens, "is invalid: must be >= "
+                              f"{KEY}.min_tokens={self.min_tokens}", keys=AS_WRITTEN)
         for name in ("theta", "pd_ratio"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                     math.isfinite(value) and value > 0):
-                raise ConfigError(f"{KEY}.{name}={value!r} is invalid: must be a finite number > 0")
-        check_choice(f"{KEY}.chunk_align", self.chunk_align, CHUNK_ALIGNS)
-        check_choice(f"{KEY}.collect", self.collect, COLLECTIONS)
+                raise ConfigError(f"{KEY}.{name}", value, "is invalid: must be a finite number > 0",
+                                  keys=AS_WRITTEN)
+        check_choice(f"{KEY}.chunk_align", self.chunk_align, CHUNK_ALIGNS, AS_WRITTEN)
+        check_choice(f"{KEY}.collect", self.collect, COLLECTIONS, AS_WRITTEN)
         if not isinstance(self.stage0_host, bool):
-            raise ConfigError(f"{KEY}.stage0_host={self.stage0_host!r} is invalid: must be true "
-                              "or false")
+            raise ConfigError(f"{KEY}.stage0_host", self.stage0_host,
+                              "is invalid: must be true or false", keys=AS_WRITTEN)
         if self.orca_prompts is not None:
-            check_count(f"{KEY}.orca_prompts", self.orca_prompts, 1)
+            check_count(f"{KEY}.orca_prompts", self.orca_prompts, 1, AS_WRITTEN)
 
     @property
     def replicas(self) -> int:

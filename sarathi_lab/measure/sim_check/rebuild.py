@@ -68,7 +68,8 @@ def recorded_config(run_dir: Path) -> DictConfig:
     try:
         parse_config(cfg)
     except ConfigError as e:
-        raise ConfigError(f"{run_dir} cannot be rebuilt from its recorded config: {e}") from None
+        raise ConfigError(None, why=f"{run_dir} cannot be rebuilt from its recorded config: "
+                                    f"{e}") from None
     return cfg
 
 
@@ -84,7 +85,7 @@ def rebuild(run_dir: Path, config: DictConfig, dest: Path, device: str, cost_mod
     try:
         run_composed(config, given, dest)
     except ConfigError as e:
-        raise ConfigError(f"{run_dir} cannot be rebuilt: {e}") from None
+        raise ConfigError(None, why=f"{run_dir} cannot be rebuilt: {e}") from None
 
 
 def _applies(key: str, scheduler: Any) -> bool:

@@ -31,10 +31,10 @@ def chunk_of(cfg, sched: SchedulerConfig) -> int:
     except ValueError as e:
         if sched.chunk_align == "auto":
             return cfg.chunk
-        raise ConfigError(f"{sched.setting('chunk_align')} is invalid with task=piggyback, "
-                          f"chunk={cfg.chunk}, batch_size={cfg.batch_size}, "
-                          f"{sched.setting('tile')}: {e}; allowed: none, or a larger "
-                          "chunk") from None
+        raise ConfigError("chunk_align", sched.chunk_align,
+                          f"is invalid with task=piggyback, chunk={cfg.chunk}, "
+                          f"batch_size={cfg.batch_size}, " + sched.setting("tile") + f": {e}",
+                          "none, or a larger chunk") from None
 
 
 def kv_requests(cfg, plan: EnginePlan) -> list[int]:

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import AS_WRITTEN, ConfigError, Written
 from sarathi_lab.engine.bubbles import micro_batch_bubbles, request_bubbles, stage_busy_s
 from sarathi_lab.engine.metrics import IterationRecord
 from sarathi_lab.engine.sequence import SamplingParams
@@ -92,19 +92,19 @@ def spans(timeline: pd.DataFrame, stages: int) -> tuple[np.ndarray, np.ndarray]:
 def check(cfg, context: int) -> None:
     stages = cfg.engine.pipeline_parallel
     if stages < 2:
-        raise ConfigError(f"engine.pipeline_parallel={stages} is invalid with "
-                          "task=pipeline_bubbles: a pipeline has bubbles between stages; "
-                          "allowed: 2 or more")
+        raise ConfigError("engine.pipeline_parallel", stages, "is invalid with "
+                          "task=pipeline_bubbles: a pipeline has bubbles between stages",
+                          "2 or more", keys=AS_WRITTEN)
     cores, handoff = len(os.sched_getaffinity(0)), cfg.measure.handoff_requests
     if cfg.measure.pin_stages and cfg.engine.tensor_parallel * stages > cores:
-        raise ConfigError(f"measure.pin_stages=true is invalid with "
+        raise ConfigError("measure.pin_stages", Written("true"), "is invalid with "
                           f"engine.pipeline_parallel={stages}: {cores} cores may run this "
-                          "process, fewer than one a rank; allowed: measure.pin_stages=false, or "
-                          "fewer stages")
+                          "process, fewer than one a rank",
+                          "measure.pin_stages=false, or fewer stages", keys=AS_WRITTEN)
     if handoff is not None and cfg.workload.kind in ("trace", "trace_lengths"):
-        raise ConfigError(f"measure.handoff_requests={handoff} is invalid with "
+        raise ConfigError("measure.handoff_requests", handoff, "is invalid with "
                           f"workload={cfg.workload.kind}: the handoff's requests are drawn from a "
-                          "generated workload with another seed; allowed: null")
+                          "generated workload with another seed", "null", keys=AS_WRITTEN)
 
 
 def _pin(pid: int, cores: set[int]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sarathi_lab.config import ConfigError, device_slug
+from sarathi_lab.config import AS_WRITTEN, ConfigError, Written, device_slug
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.timer import median_time
 from sarathi_lab.harness.tasks import kv_blocks
@@ -81,14 +81,14 @@ def check_context(cfg, context: int) -> None:
     if largest <= context:
         return
     if cfg.measure.max_tokens is not None and cfg.measure.max_tokens >= cfg.chunk + cfg.batch_size:
-        setting = f"measure.max_tokens={cfg.measure.max_tokens}"
+        setting, value = "measure.max_tokens", cfg.measure.max_tokens
         way = f"measure.max_tokens <= {context}"
     else:
-        setting = f"chunk={cfg.chunk}"
+        setting, value = "chunk", cfg.chunk
         way = f"chunk + batch_size <= {context} (batch_size={cfg.batch_size})"
-    raise ConfigError(f"{setting} is invalid with task=profile: its largest iteration, {largest} "
-                      f"tokens in one prompt, is past the context of {context} tokens; "
-                      f"allowed: {way}")
+    raise ConfigError(setting, value, f"is invalid with task=profile: its largest iteration, "
+                      f"{largest} tokens in one prompt, is past the context of {context} tokens",
+                      way, keys=AS_WRITTEN)
 
 
 def check_destination() -> None:
@@ -99,11 +99,12 @@ def check_destination() -> None:
             else f"the profiles folder {where}")
     if not existing.is_dir():
         what = "is a file" if existing == where else f"lies under {existing}, which is a file"
-        raise ConfigError(f"{said} is invalid: it {what}, not a folder; "
-                          "allowed: a folder (created if missing)")
+        raise ConfigError(None, why=f"{said} is invalid: it {what}, not a folder",
+                          allowed="a folder (created if missing)")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{said} is invalid: {existing} cannot be written (read-only, or no "
-                          "permission); allowed: SARATHI_PROFILES_DIR=<a folder you can write>")
+        raise ConfigError(None, why=f"{said} is invalid: {existing} cannot be written (read-only, "
+                          "or no permission)",
+                          allowed="SARATHI_PROFILES_DIR=<a folder you can write>")
 
 
 def _measure_batch(llm, batches: SyntheticBatches, reps: int,
@@ -231,9 +232,10 @@ def _check_replace(cfg, llm) -> None:
         return
     was = ", ".join(str(v) for v in _identity(recorded) if v) or "an unrecorded machine"
     now = ", ".join(str(v) for v in _identity(here) if v)
-    raise ConfigError(f"task=profile would replace {path}, measured on {was}, with this machine's "
-                      f"table ({now}); allowed: on_existing=overwrite, or "
-                      "SARATHI_PROFILES_DIR=<another folder>")
+    raise ConfigError("task", Written("profile"), f"would replace {path}, measured on {was}, with "
+                      f"this machine's table ({now})",
+                      "on_existing=overwrite, or SARATHI_PROFILES_DIR=<another folder>",
+                      keys=AS_WRITTEN)
 
 
 def _write(cfg, llm, table: pd.DataFrame, drift: dict) -> Path:

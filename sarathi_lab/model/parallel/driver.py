@@ -8,7 +8,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from sarathi_lab.config import ConfigError
+from sarathi_lab.config import AS_WRITTEN, ConfigError
 from sarathi_lab.engine.batch import ScheduledBatch
 from sarathi_lab.engine.clock import Clock
 from sarathi_lab.engine.executor import Executor, StepOutput
@@ -42,8 +42,9 @@ def ranks(size: int) -> RankGroup:
     if rank is not None:
         world = int(os.environ["WORLD_SIZE"])
         if world != size:
-            raise ConfigError(f"tensor_parallel={size} is invalid (with pipeline_parallel, the "
-                              f"ranks): torchrun started {world} ranks; allowed: {world}")
+            raise ConfigError("tensor_parallel", size, "is invalid (with pipeline_parallel, the "
+                              f"ranks): torchrun started {world} ranks", str(world),
+                              keys=AS_WRITTEN)
         _ranks = join_torchrun(rank)
     else:
         # Gloo meets on the loopback interface only: the ranks are this machine's processes.

@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sarathi_lab.config import SETTING, ConfigError
+from sarathi_lab.config import ConfigError, Key
 from sarathi_lab.model.shape import head_dim_of, kv_heads_of
 
 if TYPE_CHECKING:
@@ -29,20 +29,19 @@ class TensorShards:
     def of(cls, config: ModelConfig, rank: int, size: int, model: str = "",
            pad_vocab: bool = False) -> TensorShards:
         """``pad_vocab``: an uneven vocabulary is padded, as vLLM pads it, not refused."""
-        heads, kv, k = config.num_attention_heads, kv_heads_of(config), SETTING
+        heads, kv, of = config.num_attention_heads, kv_heads_of(config), Key("model", model)
         counts = {"attention heads": heads,
                   "MLP columns (intermediate_size)": config.intermediate_size,
                   **({} if pad_vocab else {"vocabulary entries": config.vocab_size})}
         for what, n in counts.items():
             if n % size:
-                raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for "
-                                  f"{k.set('model', model)}: its {n} {what} do not split evenly "
-                                  f"across {size} ranks; allowed: a divisor of {n}")
+                raise ConfigError("tensor_parallel", size, "is invalid for " + of
+                                  + f": its {n} {what} do not split evenly across {size} ranks",
+                                  f"a divisor of {n}")
         if kv % size and size % kv:
-            raise ConfigError(f"{k.set('tensor_parallel', size)} is invalid for "
-                              f"{k.set('model', model)}: its {kv} KV heads neither split across "
-                              f"{size} ranks nor replicate evenly on them; allowed: a divisor or a "
-                              f"multiple of {kv}")
+            raise ConfigError("tensor_parallel", size, "is invalid for " + of
+                              + f": its {kv} KV heads neither split across {size} ranks nor "
+                              "replicate evenly on them", f"a divisor or a multiple of {kv}")
         return cls(rank, size, heads, kv, head_dim_of(config), config.intermediate_size,
                    config.vocab_size)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sarathi_lab.config import SETTING, ConfigError
+from sarathi_lab.config import ConfigError, Key
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 
@@ -20,9 +20,9 @@ class Stage:
     @classmethod
     def of(cls, layers: int, count: int, index: int, model: str = "") -> Stage:
         if count > layers:
-            raise ConfigError(f"{SETTING.set('pipeline_parallel', count)} is invalid for "
-                              f"{SETTING.set('model', model)}: it has {layers} layers, fewer than "
-                              f"the stages; allowed: at most {layers}")
+            raise ConfigError("pipeline_parallel", count, "is invalid for " + Key("model", model)
+                              + f": it has {layers} layers, fewer than the stages",
+                              f"at most {layers}")
         base, extra = divmod(layers, count)
         first = index * base + min(index, extra)
         return cls(index, count, first, first + base + (index < extra))
