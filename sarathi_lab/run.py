@@ -104,15 +104,21 @@ def main(cfg: DictConfig) -> None:
 
 
 def _run_and_record(cfg: DictConfig, ctx) -> None:
-    """The status is written while signals still interrupt (else one could leave it `running`)."""
+    """The status is written while signals still interrupt (else one could leave it `running`),
+    and a signal's status as it lands."""
     from sarathi_lab.harness.gc_thresholds import fewer_collections
-    from sarathi_lab.harness.interrupts import interruption_of, signals_interrupt
+    from sarathi_lab.harness.interrupts import Interrupted, interruption_of, signals_interrupt
     from sarathi_lab.harness.results import write_status
-    from sarathi_lab.harness.runner import run_experiment
+    from sarathi_lab.harness.runner import record_failure, run_experiment
     from sarathi_lab.harness.schema import parse_config
 
+    def interrupted(signum: int) -> None:
+        # At once: the signal's exception can be swallowed (torch's import does now and then),
+        # and a sweep's parent kills the job whose grace runs out before it is handled.
+        record_failure(ctx.status_dir, Interrupted(signum))
+
     try:
-        with signals_interrupt(signal.SIGINT, signal.SIGTERM):
+        with signals_interrupt(signal.SIGINT, signal.SIGTERM, on_signal=interrupted):
             run_cfg = parse_config(cfg)
             with fewer_collections(run_cfg.engine.kind.gc_gen0_threshold):
                 status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)

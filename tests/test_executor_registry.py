@@ -112,6 +112,7 @@ FLAG_READS = {
     "llm.py": 2,                   # runs_model: the warm-up and the set-up's parts of our model
     "config.py": 1,                # simulated: the simulator's own settings, checked together
     "harness/results.py": 1,       # engine_label: a recorded run of another engine says which
+    "harness/sweep_sim_eta.py": 1,  # runs_model: our model's run on this CPU, what the simulator's CPU device times
 }
 RECORD_READS = {  # recorded_as: a recorded run's executor labels its numbers (predicted or measured)
     "harness/results.py": 2, "harness/sweep.py": 1, "analysis/capacity.py": 1, "analysis/capacity_docs.py": 2,

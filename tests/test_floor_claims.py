@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sarathi_lab.analysis import attribute, claim_attribution
@@ -52,11 +52,14 @@ def test_no_iteration_costs_less_than_its_floor(device, prefills, decodes):
 @given(prefills=st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 3072)).map(
            lambda cp: (cp[0], cp[0] + cp[1])), max_size=2),
        decodes=st.lists(st.integers(1, 4096), max_size=24))
+# A memory-bound prefill beside a compute-bound one: two kernels in the simulator, one here.
+@example(prefills=[(1, 1622), (725, 2220)], decodes=[])
 def test_the_simulator_s_floor_is_the_engine_s_sequential_floor_with_elementwise_bytes(prefills, decodes):
     # Two counts of one floor (the simulator's roofline, model/shape.py's kernel costs): the GEMMs
-    # agree exactly; with one kind of attention the whole within 1% (the LM head's count); a hybrid
-    # batch's prefill and decode attention are two kernels in the simulator, one in the engine's
-    # floor, so there the simulator's is the higher.
+    # agree exactly; with one attention kernel in both the whole within 1% (the LM head's count).
+    # The simulator runs each prefill's attention and the decodes' as kernels of their own, the
+    # engine's floor all of them as one: a kernel's floor is the slower of its flops and bytes, so
+    # a sum of such floors is at least the floor of the sums, and there the simulator's is the higher.
     if not (prefills or decodes):
         return
     device, shape = load_device("h100"), Shape.of(load_config("llama-13b"))
@@ -70,7 +73,7 @@ def test_the_simulator_s_floor_is_the_engine_s_sequential_floor_with_elementwise
     sim = CostModel.for_device("h100", "llama-13b", "floor").iteration_cost(prefills, decodes)
     for gemm in shape.gemms:
         assert sim.ops[gemm] == pytest.approx(engine.kernels[gemm].seconds, rel=1e-9)
-    if prefills and decodes:
+    if len(prefills) + bool(decodes) > 1:
         assert sim.forward_s >= expected * 0.99
     else:
         assert sim.forward_s == pytest.approx(expected, rel=0.01)

@@ -3,6 +3,7 @@ one line (it was a 70-line KeyboardInterrupt traceback, and now and then a signa
 and ran on from), exit 130, and leaves no run changed."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -112,6 +113,31 @@ def test_a_signal_whose_exception_a_finalizer_swallowed_ends_the_run_at_its_next
         progress(SimpleNamespace(num_tokens=1))
     progress(SimpleNamespace(num_tokens=1))  # the block over, nothing is left to raise
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_run_is_recorded_interrupted_as_the_signal_lands_even_where_its_exception_is_swallowed(
+        monkeypatch, tmp_path):
+    # torch's import swallows a signal's exception now and then; the run went on until its first
+    # iteration, and a sweep's parent, its grace over, killed it there: the status said `running`.
+    from sarathi_lab import run
+    from sarathi_lab.harness import runner
+    from sarathi_lab.harness.cli_check import compose_config
+    from sarathi_lab.harness.results import read_status, write_status
+
+    seen = []
+
+    def swallowing_run(cfg, resolved_config, ctx):
+        write_status(ctx.status_dir, "running")
+        with contextlib.suppress(Interrupted):  # as a library's bare except would
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs here
+        seen.append(read_status(ctx.status_dir))
+        return "ok"
+
+    monkeypatch.setattr(runner, "run_experiment", swallowing_run)
+    ctx = runner.RunContext(output_dir=tmp_path, overrides=[], group=None, status_dir=tmp_path)
+    run._run_and_record(compose_config(["executor=sim", "logger=none", "model=tiny"]), ctx)
+    assert [(s["status"], s["error"]) for s in seen] == [("interrupted", "interrupted by SIGTERM")]
 
 
 def test_the_block_gives_back_the_unraisable_hook_it_found():

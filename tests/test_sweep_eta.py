@@ -2,13 +2,16 @@
 the estimate, the progress line, the resume command and the offer to resume an unfinished sweep."""
 from __future__ import annotations
 
+import os
 import platform
 import shlex
+import subprocess
+import sys
 
 import pytest
 import yaml
 
-from sarathi_lab.harness import sweep_eta, sweep_resume
+from sarathi_lab.harness import REPO_ROOT, sweep_eta, sweep_resume, sweep_sim_eta
 from sarathi_lab.harness.sweep_eta import Job, SweepClock, duration, estimate, past_jobs, record
 from sarathi_lab.harness.sweep_state import SweepState
 
@@ -57,6 +60,47 @@ def test_the_remaining_estimates_follow_how_the_ended_jobs_compared():
     assert "about 20s left" in clock.job_ended(0, 10.0)
     assert "about 20s left" in clock.job_ended(1, 30.0), "twice as slow as estimated: 10 s -> 20 s"
     assert clock.job_ended(2, 20.0).endswith("3 of 3 jobs done in 0s")
+
+
+def test_a_first_sweep_on_a_machine_is_estimated_on_the_simulator_then_scaled_by_its_first_job():
+    jobs = [Job((f"chunk={c}",), KIND, 1000, simulated_s=s) for c, s in ((16, 10.0), (32, 20.0), (64, 30.0))]
+    (line,) = SweepClock(jobs, []).before()
+    assert line.startswith("sweep: 3 jobs, expected to take at least 1m on this machine, from the simulator "
+                           "(3 served on the simulator at this CPU's measured ceilings, a floor"), line
+    # The first job took four times its floor: the others are expected to take four times theirs.
+    assert "about 3m left" in SweepClock(jobs, []).job_ended(0, 40.0)
+    # A job timed before is expected to take its time again, whatever the simulator said.
+    timed = estimate(Job(("chunk=16",), KIND, 1000, simulated_s=10.0), [_past(["chunk=16"], 99.0)])
+    assert timed == sweep_eta.Estimate(99.0, "timed")
+
+
+def test_a_first_sweep_without_the_cpu_s_ceilings_says_how_to_get_the_simulator_s_estimate(monkeypatch, tmp_path):
+    from sarathi_lab.harness.cli_check import compose_config
+    from sarathi_lab.harness.schema import parse_config
+    from sarathi_lab.sim.device import CEILINGS_ENV, MEASURE_COMMAND
+
+    monkeypatch.setenv(CEILINGS_ENV, str(tmp_path / "none.json"))
+    cfg = parse_config(compose_config(["experiment=smoke"]))
+    jobs = [sweep_eta.job(["chunk=16"], cfg)]
+    kept, why = sweep_sim_eta.simulated(None, [["chunk=16"]], jobs, [cfg], [])
+    assert kept == jobs and MEASURE_COMMAND in why
+    (line,) = SweepClock(kept, [], why).before()
+    assert "no earlier job on this machine to estimate their time from (the simulator's estimate needs this " \
+           f"CPU's ceilings, not measured here: {MEASURE_COMMAND})" in line
+
+
+@pytest.mark.e2e
+def test_a_first_sweep_says_the_simulator_s_estimate_before_its_first_job(tmp_path):
+    # The tests' synthetic ceilings (conftest.py) stand for a machine's measured ones.
+    proc = subprocess.run([sys.executable, "-m", "sarathi_lab.run", "-m", "experiment=smoke", "chunk=32,64",
+                           "workload.num_requests=2", "seq_len=48", "pd_ratio=5", "logger=none",
+                           f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=False, env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    said = next(line for line in out.splitlines() if "sweep: 2 jobs" in line)
+    assert "expected to take at least" in said and "from the simulator (2 served on the simulator" in said, said
+    assert out.index("sweep: 2 jobs") < out.index("#0 :"), "before the first job"
 
 
 def test_times_are_kept_per_sweep_and_read_for_this_machine_only(tmp_path):

@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -26,9 +26,16 @@ _received: list[int] = []
 
 
 @contextmanager
-def signals_interrupt(*signums: int) -> Iterator[None]:
+def signals_interrupt(*signums: int, on_signal: Callable[[int], None] | None = None
+                      ) -> Iterator[None]:
+    """``on_signal(signum)`` runs in the handler, before the exception: what must be recorded even
+    where that exception is swallowed (a library's import can) or the process is killed before it
+    is handled (a parent's grace running out)."""
     def handler(signum, frame):
         _received.append(signum)
+        if on_signal is not None:
+            with suppress(OSError):  # a full disk: whoever catches the exception writes again
+                on_signal(signum)
         raise Interrupted(signum)
 
     earlier_hook = sys.unraisablehook

@@ -17,6 +17,7 @@ from sarathi_lab import LLM, ConfigError, SamplingParams
 from sarathi_lab.config import AS_WRITTEN, Written, named_as
 from sarathi_lab.env_flags import EnvFlagError, env_flag
 from sarathi_lab.executors import build
+from sarathi_lab.harness.interrupts import raise_if_interrupted
 from sarathi_lab.harness.preflight import Checked, preflight
 from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
@@ -98,6 +99,7 @@ def _run_and_log(cfg: RunConfig, resolved_config: dict[str, Any], ctx: RunContex
     out = ctx.output_dir
     finished = ctx.status_dir != out
     llm = _build_llm(cfg, checked)
+    raise_if_interrupted()  # torch's import can swallow a signal's exception; ended here, not later
     recorder = RunRecorder(
         cfg, llm, resolved_config, ctx.overrides, inputs,
         # What the plan settled beyond the config (an auto budget, the KV cache's size).

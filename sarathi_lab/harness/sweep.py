@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab import provenance
 from sarathi_lab.executors import recorded_as
-from sarathi_lab.harness import sweep_eta, sweep_resume, sweep_state
+from sarathi_lab.harness import sweep_eta, sweep_resume, sweep_sim_eta, sweep_state
 from sarathi_lab.harness.job_dirs import RESOLVER, job_dir_name
 from sarathi_lab.harness.results import (
     METRICS,
@@ -317,7 +317,7 @@ def _clock(config: DictConfig, jobs: list[list[str]],
     from sarathi_lab.model import ModelLoadError
 
     sweep_dir = Path(config.hydra.sweep.dir)
-    planned = []
+    planned, cfgs = [], []
     for num, overrides in enumerate(jobs):
         try:
             cfg = job_config(config, overrides)
@@ -326,7 +326,10 @@ def _clock(config: DictConfig, jobs: list[list[str]],
         kept = (names is not None and cfg is not None and cfg.on_existing != "overwrite"
                 and is_finished(sweep_dir / names[num]))
         planned.append(sweep_eta.job(overrides, cfg, kept))
-    return sweep_eta.SweepClock(planned, sweep_eta.past_jobs(sweep_dir))
+        cfgs.append(cfg)
+    past = sweep_eta.past_jobs(sweep_dir)
+    planned, no_simulation = sweep_sim_eta.simulated(config, jobs, planned, cfgs, past)
+    return sweep_eta.SweepClock(planned, past, no_simulation)
 
 
 def _job_of(config: DictConfig) -> sweep_eta.Job:

@@ -1,5 +1,6 @@
 """How long a sweep will take, from earlier jobs on this machine (each job's time as its sweep saw
-it, kept in the sweep's JOB_TIMES): said before the first job, and as jobs end, with an ETA."""
+it, kept in the sweep's JOB_TIMES), else from the simulator (sweep_sim_eta): said before the first
+job, and as jobs end, with an ETA."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ class Job:
     kind: str                       # model, executor, task, device: jobs whose times scale
     tokens: int | None              # requests x length: what a job's time scales with
     kept: bool = False              # a finished run its folder keeps (on_existing): no time
+    simulated_s: float | None = None  # its serving on the simulator at this CPU's ceilings
 
 
 def job(overrides: list[str], cfg: Any, kept: bool = False) -> Job:
@@ -79,6 +81,8 @@ def estimate(this: Job, past: list[dict[str, Any]]) -> Estimate:
     if this.tokens and alike:
         rate = sum(p["seconds"] for p in alike) / sum(p["tokens"] for p in alike)
         return Estimate(rate * this.tokens, "scaled")
+    if this.simulated_s is not None:
+        return Estimate(this.simulated_s, "simulated")
     return Estimate(None, "none")
 
 
@@ -93,8 +97,11 @@ def duration(seconds: float) -> str:
 class SweepClock:
     """The sweep's expected time before it starts, and its progress as its jobs end."""
 
-    def __init__(self, jobs: list[Job], past: list[dict[str, Any]]):
+    def __init__(self, jobs: list[Job], past: list[dict[str, Any]],
+                 no_simulation: str | None = None):
+        """``no_simulation``: why the simulator gave no estimate, said where nothing else tells."""
         self.jobs = jobs
+        self.no_simulation = no_simulation
         self.estimates = [estimate(j, past) for j in jobs]
         self.start = time.monotonic()
         self.ended: list[tuple[int, float]] = []     # (job number, seconds)
@@ -103,20 +110,25 @@ class SweepClock:
         """The expected time, and a line when it is over an hour."""
         n = len(self.jobs)
         count = {b: sum(e.basis == b for e in self.estimates)
-                 for b in ("timed", "scaled", "kept", "none")}
+                 for b in ("timed", "scaled", "simulated", "kept", "none")}
         if count["kept"] == n:
             return [f"sweep: {n} jobs, all finished before and kept"]
-        if not count["timed"] and not count["scaled"]:
+        if not count["timed"] and not count["scaled"] and not count["simulated"]:
+            why = f" ({self.no_simulation})" if self.no_simulation else ""
             return [(f"sweep: {n} jobs; no earlier job on this machine to estimate their time "
-                     "from: the progress lines will tell, once the first job has run")]
+                     f"from{why}: the progress lines will tell, once the first job has run")]
         total = sum(e.seconds or 0.0 for e in self.estimates)
         basis = [f"{count[b]} {what}" for b, what in (
             ("timed", "as timed before"), ("scaled", "scaled from similar jobs' time per token"),
+            ("simulated", ("served on the simulator at this CPU's measured ceilings, a floor: "
+                           "the model's loading not counted")),
             ("kept", "finished before, kept")) if count[b]]
         unknown = (f"; {count['none']} more with no earlier job to tell, not counted"
                    if count["none"] else "")
-        line = (f"sweep: {n} jobs, expected to take about {duration(total)} on this machine, "
-                f"from earlier jobs here ({', '.join(basis)}){unknown}")
+        earlier = "earlier jobs here" if count["timed"] or count["scaled"] else "the simulator"
+        least = "at least" if count["simulated"] else "about"
+        line = (f"sweep: {n} jobs, expected to take {least} {duration(total)} on this machine, "
+                f"from {earlier} ({', '.join(basis)}){unknown}")
         return [line, self._long(total)] if total > LONG_S else [line]
 
     @staticmethod

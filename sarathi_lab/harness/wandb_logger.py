@@ -174,8 +174,12 @@ def _warn(run_dir: Path | None, e: Exception) -> None:
 def _init(cfg: LoggerCfg, name: WandbName):
     import wandb  # import paid only by runs that log
 
+    # Absolute: W&B's service writes the run's .wandb file, and it can be another process's, in
+    # another working directory (WANDB_SERVICE, which W&B hands to child processes: a sweep started
+    # from a notebook or a test that used W&B), where a sweep's relative folder is elsewhere.
     return wandb.init(
-        project=cfg.project, entity=cfg.entity, dir=name.run_dir, mode=resolve_mode(cfg),
+        project=cfg.project, entity=cfg.entity, dir=Path(name.run_dir).absolute(),
+        mode=resolve_mode(cfg),
         name=name.name, group=name.group, job_type=name.job_type, tags=name.tags,
         config=name.config,
         settings=wandb.Settings(init_timeout=cfg.init_timeout_s, console="off",
