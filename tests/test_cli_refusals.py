@@ -59,7 +59,7 @@ CASES = {
     "produce: an unknown override": (
         ["sarathi_lab.produce", "pd_ratio", "--scale", "ci", "--root", "{tmp}/outputs", "-o", "bogus.key=1"],
         "error: -o bogus.key=1 is invalid: bogus.key is not a known key"),
-    "measure sim_pipeline: out under a file": (["sarathi_lab.measure.sim_check.sim_pipeline", "--smoke",
+    "measure sim_pipeline: out under a file": (["sarathi_lab.measure", "sim_pipeline", "--smoke",
                                                "--out", "{file}/x"],
                                              "a_file"),
 }

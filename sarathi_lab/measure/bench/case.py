@@ -113,7 +113,7 @@ def parser(case: Case) -> argparse.ArgumentParser:
     from sarathi_lab.host_features import resolve_device
     from sarathi_lab.measure.profiling import isa
 
-    p = bench_parser(argparse.Namespace(name=f"sarathi_lab.measure {case.name}"), case.doc)
+    p = bench_parser(case.name, case.doc)
     shared = {
         "device": {"type": device_arg, "default": resolve_device("auto")},
         "dtype": {"choices": ["auto", *DTYPES], "default": "auto",

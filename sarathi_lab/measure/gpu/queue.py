@@ -361,7 +361,7 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
         lines.append("\nnothing due: every step is done at this engine code")
     lines.append("\nafter each call: python -m sarathi_lab.measure.gpu.collect <its suite.tar.gz>, "
                  "then each result against its prediction "
-                 "(python -m sarathi_lab.measure.sim_check.sim_vs_gpu; the "
+                 "(python -m sarathi_lab.measure sim_vs_gpu; the "
                  "run's claims.csv) and its floors and attribution (python -m "
                  "sarathi_lab.measure.sim_check.floor_claims <lease>, then python -m "
                  "sarathi_lab.analysis.attribute <lease>), then --next again")

@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = cli_args.Parser(prog=WRITER, description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=Path, help="a results root holding both simulated sweeps "
                                              "(default: run them into a temporary folder)")
-    p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--force", action="store_true", help="replace a table another command wrote")
+    cli_args.shared(p, out="the table (.csv)", out_default=OUT,
+                    force="replace a table another command wrote")
     args = p.parse_args(argv)
     how = "--force replaces it; --out FILE writes elsewhere"
     with tempfile.TemporaryDirectory(prefix="sim_chunk_align-") as scratch:
@@ -127,7 +127,3 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     out.to_csv(args.out, index=False, float_format="%.4g")
     provenance.record({args.out: prov})
     return out
-
-
-if __name__ == "__main__":
-    main()
