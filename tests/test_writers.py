@@ -388,7 +388,7 @@ def test_docs_sim_writers_refuse_a_file_another_run_wrote(tmp_path, command, exi
 def test_tile_alignment_refuses_a_table_another_command_wrote(tmp_path):
     out = tmp_path / "tile_alignment.csv"
     out.write_text("x\n")
-    _refused(_run("sarathi_lab.measure.bench.tile_alignment", "--out", str(out)))
+    _refused(_run("sarathi_lab.measure", "tile_alignment", "--out", str(out)))
     assert out.read_text() == "x\n"
 
 

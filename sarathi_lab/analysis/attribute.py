@@ -252,7 +252,7 @@ def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
     lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims "
                    "on the A6000 and the H100): "
                    "[docs/sim/device_beside.md](../../sim/device_beside.md), by `python -m "
-                   "sarathi_lab.measure.bench.device_beside`."), ""]
+                   "sarathi_lab.measure device_beside`."), ""]
     return "\n".join(lines)
 
 

@@ -59,7 +59,7 @@ QUEUE: tuple[Call, ...] = (
          "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("profile.llama-13b", "profile.mistral-7b"),
          "the simulator's tables of the graph-replayed engine, and the calibration fitted from "
-         "them (python -m sarathi_lab.measure.sim_check.calibration_cli): per-iteration median "
+         "them (python -m sarathi_lab.measure calibration): per-iteration median "
          "error <= 10% per iteration kind (measure sim_vs_gpu)",
          "measure sim_vs_gpu (the profile's own predictions)"),
     Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1",
@@ -363,6 +363,6 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
                  "then each result against its prediction "
                  "(python -m sarathi_lab.measure sim_vs_gpu; the "
                  "run's claims.csv) and its floors and attribution (python -m "
-                 "sarathi_lab.measure.sim_check.floor_claims <lease>, then python -m "
+                 "sarathi_lab.measure floor_claims <lease>, then python -m "
                  "sarathi_lab.analysis.attribute <lease>), then --next again")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``python -m sarathi_lab.measure.sim_check.calibration_cli``: fits every measured GPU's
+"""``python -m sarathi_lab.measure calibration``: fits every measured GPU's
 calibration (calibration.fit; refitted by calibration.fit_lease to the newest GPU lease's kernel
 tables) and writes it into its device file, keeping everything above the marker line as written."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import Calibration, fit, fit_lease
 from sarathi_lab.sim.device import DEVICES_DIR, GPU_DEVICES, load_device
 
-MARKER = "# ---- calibration: written by python -m sarathi_lab.measure.sim_check.calibration_cli"
+MARKER = "# ---- calibration: written by python -m sarathi_lab.measure calibration"
 # A lease's tables: the ``tune`` step's cuBLAS projections, the ``attention`` step's engine
 # attention, read as gpu_kernels.py's rows.
 LEASES_DIR = REPO_ROOT / "docs" / "gpu"
@@ -111,13 +111,10 @@ def as_yaml(cal: Calibration, device: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argparse.ArgumentParser(description=__doc__).parse_args(argv)
+    argparse.ArgumentParser(prog="python -m sarathi_lab.measure calibration",
+                            description=__doc__).parse_args(argv)
     for device, cal in calibrations().items():
         path = DEVICES_DIR / f"{device}.yaml"
         path.write_text(path.read_text().split(MARKER)[0].rstrip("\n") + "\n"
                         + as_yaml(cal, device))
         print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,5 @@
 """Converts the vidur project's measured GPU kernel profiles into the simulator's kernel tables,
-once: ``python -m sarathi_lab.measure.sim_check.convert_gpu_kernels --vidur <vidur git dir>
+once: ``python -m sarathi_lab.measure convert_gpu_kernels --vidur <vidur git dir>
 --attention <csv>``
 (what is kept and why: data/gpu_kernels/README.md)."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarathi_lab import cli_args
 from sarathi_lab.sim.gpu_kernels import DATA_DIR
 from sarathi_lab.sim.profile_model import COLUMNS
 
@@ -100,12 +101,13 @@ def write(table: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m sarathi_lab.measure convert_gpu_kernels",
+                                description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vidur", type=Path, required=True,
                    help="a clone (or bare git dir) of microsoft/vidur")
     p.add_argument("--attention", type=Path, required=True, help="a100_llama2_7b_attention.csv")
-    p.add_argument("--out", type=Path, default=DATA_DIR)
+    cli_args.shared(p, out="the simulator's kernel tables' folder", out_default=DATA_DIR)
     args = p.parse_args(argv)
     shapes = []
     for device in DEVICES:
@@ -133,7 +135,3 @@ def main(argv: list[str] | None = None) -> None:
         table = pd.concat(reduces, ignore_index=True).sort_values(list(ALL_REDUCE_COLUMNS[:3]))
         table.to_csv(args.out / "all_reduce.csv", index=False, float_format="%.4g")
         print(f"all_reduce: {len(table)} rows")
-
-
-if __name__ == "__main__":
-    main()
