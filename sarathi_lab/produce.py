@@ -5,7 +5,7 @@ suite's dry run (``--scale dry``: each one's one tiny CPU job, ``experiment=dry/
     python -m sarathi_lab.produce pd_ratio --scale ci -o device.num_threads=1
     python -m sarathi_lab.produce --sim               # the paper's shapes, simulated (outputs/sim)
     python -m sarathi_lab.produce --sim --publish --force   # and docs/figures' simulated claims
-    python -m sarathi_lab.measure.gpu --own                   # the paper on your own GPU
+    python -m sarathi_lab.measure gpu --own                   # the paper on your own GPU
 
 Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME`` into
 ``<root>/<name>/multiruns/<scale>-<time>/``; a failed sweep does not stop the others. ``--publish``
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     if device := next((n for n in args.names if n.startswith("device=")), None):
         # The GPU's paper is the GPU suite's (its kernel, engine and profile steps too).
         parser.error(f"{device} is invalid here: the paper on your own GPU is "
-                     "`python -m sarathi_lab.measure.gpu --own` (every GPU step at the paper's setting, "
+                     "`python -m sarathi_lab.measure gpu --own` (every GPU step at the paper's setting, "
                      "resumable; docs/gpu/README.md); produce runs the experiments at this CPU's "
                      "sizes (-o device=cuda runs those on a GPU)")
 

@@ -120,7 +120,7 @@ def test_sigterm_to_floor_claims_ends_the_sweep_it_started(tmp_path):
 
 def test_sigterm_to_the_gpu_suite_s_local_mode_ends_its_worker_and_sweep(tmp_path):
     out = tmp_path / "gpu"
-    command = [sys.executable, "-m", "sarathi_lab.measure.gpu", "--dry-run", "--out", str(out), "--steps",
+    command = [sys.executable, "-m", "sarathi_lab.measure", "gpu", "--dry-run", "--out", str(out), "--steps",
                "paper.decode_speedup"]
     output, statuses = _signal_mid_run(command, out, signal.SIGTERM, _env())
     assert "interrupted" in statuses and "running" not in statuses

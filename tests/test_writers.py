@@ -136,9 +136,10 @@ def _archive(tmp_path: Path, commit: str = "abc1234", started: float = 179574498
 
 def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
     repo = tmp_path / "repo"
-    first = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
+    first = _run("sarathi_lab.measure", "gpu_collect", str(_archive(tmp_path, "abc1234", graphs=())),
+              "--root", str(repo))
     assert first.returncode == 0, first.stderr
-    second = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "def5678", 1795825800.0)),
+    second = _run("sarathi_lab.measure", "gpu_collect", str(_archive(tmp_path, "def5678", 1795825800.0)),
                   "--root", str(repo))
     assert second.returncode == 0, second.stderr
     old, new = repo / "docs/gpu/h200/2026-11-27_abc1234", repo / "docs/gpu/h200/2026-11-28_def5678"
@@ -152,7 +153,8 @@ def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
     assert len(rows) == 2 and "| `abc1234` | eager |" in rows[0] and "| `def5678` | decode CUDA graphs |" in rows[1]
     assert "not done: paper.pd_ratio (incomplete)" in rows[0]
     # The same lease again (a later call's archive of it): its own files, replaced without asking.
-    again = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
+    again = _run("sarathi_lab.measure", "gpu_collect", str(_archive(tmp_path, "abc1234", graphs=())),
+              "--root", str(repo))
     assert again.returncode == 0, again.stderr
 
 
@@ -163,11 +165,11 @@ def test_collect_refuses_to_replace_another_lease_s_files_unless_forced(tmp_path
     (lease / "figures" / "overhead.png").write_text("another lease's")
     provenance.record_folder(lease, {provenance.EVERYTHING: Provenance("measured GPU", lease="2026-11-27_0000000")})
     archive = _archive(tmp_path)
-    line = _refused(_run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(repo)))
+    line = _refused(_run("sarathi_lab.measure", "gpu_collect", str(archive), "--root", str(repo)))
     assert "docs/gpu/h200/2026-11-27_abc1234/figures/overhead.png (measured GPU, lease 2026-11-27_0000000" in line
     assert "--force" in line and (lease / "figures" / "overhead.png").read_text() == "another lease's"
     assert not (lease / "summary.json").exists()
-    assert _run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(repo), "--force").returncode == 0
+    assert _run("sarathi_lab.measure", "gpu_collect", str(archive), "--root", str(repo), "--force").returncode == 0
     assert (lease / "figures" / "overhead.png").read_text() == "png"
 
 
@@ -178,7 +180,7 @@ def test_collect_refuses_an_archive_whose_lease_is_unknown(tmp_path):
     archive = tmp_path / "suite.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(out / "steps/env/env.json", arcname="steps/env/env.json")
-    run = _run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(tmp_path / "repo"))
+    run = _run("sarathi_lab.measure", "gpu_collect", str(archive), "--root", str(tmp_path / "repo"))
     assert run.returncode == 2 and run.stderr.strip() == (
         f"error: {archive} is invalid: it has no readable summary.json, so its lease (the date and commit its "
         "steps ran at) is unknown")

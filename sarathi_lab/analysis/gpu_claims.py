@@ -172,7 +172,7 @@ def section(gpu_docs: Path) -> str:
     if waiting:
         lines += ["", "Not judged on any GPU yet: " + ", ".join(f"`{n}`" for n in waiting)
                   + " (their steps wait in the GPU queue: "
-                  "`python -m sarathi_lab.measure.gpu --next`)."]
+                  "`python -m sarathi_lab.measure gpu --next`)."]
     return "\n".join([*lines, "", END])
 
 

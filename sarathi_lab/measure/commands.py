@@ -54,7 +54,7 @@ GROUPS = (
         "link": "sarathi_lab.measure.profiling.link:main",
     }),
     Group("GPU suite", {
-        "gpu": "sarathi_lab.measure.gpu.__main__:main",
+        "gpu": "sarathi_lab.measure.gpu.suite:main",
         "gpu_collect": "sarathi_lab.measure.gpu.collect:main",
         "gpu_predict": "sarathi_lab.measure.gpu.predict:main",
         "gpu_parts": "sarathi_lab.measure.gpu.parts:main",

@@ -351,7 +351,7 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
             lines.append(f"  {p.step.name:36} {p.minutes:5.1f}  {p.source}{cap}")
         shown = call_of[call[0].step.name]
         lines += [f"  shows: {shown.shows}", f"  predictions first: {shown.predictions}"]
-        lines.append("  runs: python -m sarathi_lab.measure.gpu --steps "
+        lines.append("  runs: python -m sarathi_lab.measure gpu --steps "
                      f"{','.join(p.step.name for p in call)} --budget-min {budget_min:g} --restore "
                      "<the last call's suite.tar.gz>")
     if too_long:
@@ -359,7 +359,7 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
                      + ", ".join(f"{p.step.name} ({p.minutes:g} min)" for p in too_long))
     if not calls and not too_long:
         lines.append("\nnothing due: every step is done at this engine code")
-    lines.append("\nafter each call: python -m sarathi_lab.measure.gpu.collect <its suite.tar.gz>, "
+    lines.append("\nafter each call: python -m sarathi_lab.measure gpu_collect <its suite.tar.gz>, "
                  "then each result against its prediction "
                  "(python -m sarathi_lab.measure sim_vs_gpu; the "
                  "run's claims.csv) and its floors and attribution (python -m "
