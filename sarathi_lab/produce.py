@@ -168,13 +168,12 @@ def _parser(known) -> cli_args.Parser:
                              "(experiment=sim/NAME; at --scale ci the quick set)")
     parser.add_argument("--publish", action="store_true",
                         help="then redraw docs/figures/ from the runs (python -m "
-                             "sarathi_lab.analysis.publish); with --sim, run on "
+                             "sarathi_lab.measure publish); with --sim, run on "
                              f"{', '.join(OTHER_COST_MODELS)} too, into <root>-<cost model>")
     parser.add_argument("--docs", type=Path, default=capacity_docs.DOCS,
                         help="the docs folder --publish writes (default: the repository's)")
-    parser.add_argument("--force", action="store_true",
-                        help="--publish replaces figures and claims of another source, scale, "
-                             "machine or commit")
+    cli_args.shared(parser, force="--publish replaces figures and claims of another source, "
+                                  "scale, machine or commit")
     return parser
 
 
@@ -231,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
                                       args.docs, force=args.force)
         except (provenance.ReplaceRefused, EnvFlagError, capacity_docs.TableError) as e:
             roots_args = " ".join(f"--{'sim' if args.sim else 'measured'} {r}" for r in roots)
-            parser.error(f"{e} (the runs are kept: python -m sarathi_lab.analysis.publish "
+            parser.error(f"{e} (the runs are kept: python -m sarathi_lab.measure publish "
                          f"{roots_args} --docs {args.docs} --force publishes them)")
         print("\n".join(map(str, dict.fromkeys(written))))
 

@@ -255,16 +255,16 @@ def _docs(tmp_path: Path) -> Path:
 def test_publish_refuses_to_replace_full_scale_results_with_ci_ones_and_writes_nothing(tmp_path):
     root, docs = _pd_ratio_root(tmp_path / "runs"), _docs(tmp_path)
     before = {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()}
-    line = _refused(_run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs)))
+    line = _refused(_run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs)))
     assert "would replace 2 file(s)" in line
     assert f"{docs}/figures/pd_ratio.png (measured CPU, full scale" in line and "new: measured CPU, ci scale" in line
     assert f"{docs}/figures/claims.csv (" in line and "--force replaces them" in line
     assert {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()} == before
     # Told: written, and recorded as what it now is; a second publish of the same runs is not refused.
-    run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs), "--force")
+    run = _run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs), "--force")
     assert run.returncode == 0, run.stderr[-3000:]
     assert provenance.recorded(docs / "figures" / "pd_ratio.png").scale == "ci"
-    again = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
+    again = _run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs))
     assert again.returncode == 0, again.stderr[-3000:]
     # A measured root replaces the measured rows alone: the simulated ones stay as they were.
     before, after = (pd.read_csv(p, keep_default_na=False) for p in (ROOT / "docs/figures/claims.csv",
@@ -286,7 +286,7 @@ def _rows(table: pd.DataFrame) -> list[dict]:
 def test_publish_of_a_simulated_root_alone_replaces_its_experiments_simulated_rows_and_keeps_the_rest(tmp_path):
     root, docs = _pd_ratio_root(tmp_path / "sim", scale="full", simulated=True), _docs(tmp_path)
     committed = pd.read_csv(docs / "figures" / "claims.csv", keep_default_na=False)
-    run = _run("sarathi_lab.analysis.publish", "--sim", str(root), "--docs", str(docs), "--force")
+    run = _run("sarathi_lab.measure", "publish", "--sim", str(root), "--docs", str(docs), "--force")
     assert run.returncode == 0, run.stderr[-3000:]
     table = pd.read_csv(docs / "figures" / "claims.csv", keep_default_na=False)
     # pd_ratio's simulated rows are the root's, at its commit; every cost model's committed ones are gone.
@@ -305,7 +305,7 @@ def test_publish_of_a_simulated_root_alone_replaces_its_experiments_simulated_ro
 def test_publish_draws_what_a_partial_root_has_and_names_what_it_lacks(tmp_path):
     root, docs = _pd_ratio_root(tmp_path / "runs"), tmp_path / "new_docs"
     shutil.copytree(ROOT / "docs" / "capacity", docs / "capacity")
-    run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
+    run = _run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs))
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"per_token_cost: no finished run under {root}" in run.stdout
     assert (docs / "figures" / "pd_ratio.png").is_file() and not (docs / "figures" / "per_token_cost.png").exists()
@@ -317,7 +317,7 @@ def test_publish_draws_what_a_partial_root_has_and_names_what_it_lacks(tmp_path)
 
 def test_publish_into_a_fresh_folder_draws_the_runs_and_names_the_capacity_tables_it_lacks(tmp_path):
     root, docs = _pd_ratio_root(tmp_path / "runs"), tmp_path / "fresh"
-    run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
+    run = _run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs))
     assert run.returncode == 0, run.stderr[-3000:]
     assert (docs / "figures" / "pd_ratio.png").is_file() and (docs / "figures" / "claims.csv").is_file()
     assert f"capacity: no sim_capacity.csv, sim_tradeoff.csv under {docs / 'capacity'}" in run.stdout
@@ -409,9 +409,9 @@ def test_capacity_docs_refuses_to_replace_the_cpu_capacity_table_unless_forced(t
     shutil.copytree(ROOT / "docs" / "capacity", docs / "capacity")
     runs = _searches(tmp_path / "runs")
     committed = (docs / "capacity" / "cpu_capacity.csv").read_bytes()
-    line = _refused(_run("sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs)))
+    line = _refused(_run("sarathi_lab.measure", "capacity_docs", str(runs), "--docs", str(docs)))
     assert f"{docs}/capacity/cpu_capacity.csv (unknown provenance" in line and "new: measured CPU" in line
     assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() == committed
-    done = _run("sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs), "--force")
+    done = _run("sarathi_lab.measure", "capacity_docs", str(runs), "--docs", str(docs), "--force")
     assert done.returncode == 0, done.stderr[-3000:]
     assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() != committed

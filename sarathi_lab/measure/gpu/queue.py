@@ -364,5 +364,5 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
                  "(python -m sarathi_lab.measure sim_vs_gpu; the "
                  "run's claims.csv) and its floors and attribution (python -m "
                  "sarathi_lab.measure floor_claims <lease>, then python -m "
-                 "sarathi_lab.analysis.attribute <lease>), then --next again")
+                 "sarathi_lab.measure attribute <lease>), then --next again")
     return "\n".join(lines)
