@@ -52,7 +52,7 @@ def test_every_run_kind_is_compared_and_rebuilt_as_the_real_engine_ran_it(measur
     assert set(serving.run_kind) == SERVING
     for key in sim_vs_gpu.LATENCIES:
         assert serving[f"{key}_rel_err"].notna().all() and (serving[f"{key}_sim"] > 0).all()
-    assert (points.measured_s > 0).all() and (points.simulated_s > 0).all()
+    assert (points.measured_s > 0).all() and (points.predicted_s > 0).all()
     kinds = set(points.kind)
     assert set(report.ITERATION_KINDS) <= kinds <= set(report.ITERATION_KINDS) | set(report.OTHER_KINDS)
     # Each measurement task's kinds, from its own table: piggyback's three iterations, op_breakdown's two.
@@ -89,7 +89,7 @@ def test_a_measured_tasks_iterations_are_the_cost_models_prices_of_its_batches(m
                "hybrid": cm.iteration_cost([(chunk, chunk)], [context] * (b - 1)).forward_s}
     ours = points[(points.run_kind == "decode_speedup") & (points.cost_model == "roofline")].set_index("kind")
     for kind, seconds in by_hand.items():
-        assert ours.simulated_s[kind] == pytest.approx(seconds, rel=1e-9)
+        assert ours.predicted_s[kind] == pytest.approx(seconds, rel=1e-9)
     assert sorted(ours.measured_s * 1e3) == pytest.approx(sorted(measured_ms.ms))
 
 
@@ -113,7 +113,7 @@ def test_errors_per_kind_leave_a_stall_out_and_pool_every_run_kind():
     # Job names repeat across sweeps (each sweep numbers its jobs from 0): a run is its run kind's job.
     points = pd.DataFrame({"run_kind": ["a", "a", "a", "b", "b"], "job": "0",
                            "cost_model": "roofline", "kind": ["decode", "decode", "decode", "decode", "hybrid"],
-                           "measured_s": [1.0, 1.0, 50.0, 2.0, 4.0], "simulated_s": [1.1, 0.8, 1.0, 2.0, 2.0],
+                           "measured_s": [1.0, 1.0, 50.0, 2.0, 4.0], "predicted_s": [1.1, 0.8, 1.0, 2.0, 2.0],
                            "stall": [False, False, True, False, False]})
     errors = report.iteration_errors(points, pd.DataFrame(columns=["run_kind", "cost_model", "runs", "status"]))
     a = errors[(errors.run_kind == "a")].iloc[0]

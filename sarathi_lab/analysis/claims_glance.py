@@ -25,7 +25,7 @@ def kind_of(source: str) -> str | None:
     return None
 
 
-def _cell(text) -> str:
+def cell(text) -> str:
     text = "" if pd.isna(text) else str(text)
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -33,7 +33,7 @@ def _cell(text) -> str:
 def _said(row: pd.Series) -> str:
     """A row's magnitude against the paper where it has one, else what it measured."""
     versus = row.get("ours / paper")
-    return _cell(versus if isinstance(versus, str) and versus else row["ours"])
+    return cell(versus if isinstance(versus, str) and versus else row["ours"])
 
 
 def _provenance(rows: pd.DataFrame) -> str:
@@ -60,7 +60,7 @@ def table(claims: pd.DataFrame) -> str:
         header += [f"{title}: ours / paper", "holds?"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (experiment, claim), rows in claims.groupby(["experiment", "claim"], sort=False):
-        cells = [experiment, _cell(claim), _cell(rows.paper.iloc[0])]
+        cells = [experiment, cell(claim), cell(rows.paper.iloc[0])]
         for kind in KINDS:
             part = rows[rows.kind == kind]
             if part.empty:
@@ -68,9 +68,9 @@ def table(claims: pd.DataFrame) -> str:
                 continue
             # Several sources of one kind (another device or trace): each named.
             many = len(part) > 1
-            cells.append("<br>".join((f"{_cell(r.source)}: " if many else "") + _said(r)
+            cells.append("<br>".join((f"{cell(r.source)}: " if many else "") + _said(r)
                                      for _, r in part.iterrows()))
-            cells.append("<br>".join(_cell(r.holds) for _, r in part.iterrows()))
+            cells.append("<br>".join(cell(r.holds) for _, r in part.iterrows()))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -21,7 +21,15 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from sarathi_lab import cli_args, provenance
-from sarathi_lab.analysis import capacity_docs, claims, claims_glance, figures, gpu_claims, registry
+from sarathi_lab.analysis import (
+    capacity_docs,
+    claims,
+    figures,
+    gpu_claims,
+    pipeline_claims,
+    registry,
+    results_page,
+)
 from sarathi_lab.analysis.runs import Results, load_results
 from sarathi_lab.env_flags import EnvFlagError
 from sarathi_lab.executors import recorded_as
@@ -157,10 +165,11 @@ def publish(measured: str | Path | None, simulated: list[str | Path],
         written.append(path)
     provenance.record({path: prov for path, prov in planned.items() if path in written})
     written += capacity_docs.refresh(docs)
+    written += pipeline_claims.refresh(docs)
     # The page's glance is the table as it now stands (capacity's rows included, above).
     results_md = docs / "RESULTS.md"
     if path in written and results_md.is_file():
-        written.append(claims_glance.write(results_md, path))
+        written.append(results_page.write(results_md, docs))
     return written
 
 

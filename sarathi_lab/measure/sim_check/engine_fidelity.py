@@ -6,10 +6,9 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-import numpy as np
 import pandas as pd
 
-from sarathi_lab.measure.sim_check import fidelity
+from sarathi_lab.measure.sim_check import fidelity, point_table
 from sarathi_lab.model import PRESETS, load_config
 from sarathi_lab.sim.cost_model import batch_tokens
 from sarathi_lab.sim.device import GPU_DEVICES, load_device
@@ -22,6 +21,7 @@ from sarathi_lab.sim.roofline import CalibratedRooflineCostModel, RooflineCostMo
 BORROWED_CALIBRATION = {"h200": "h100"}
 # Where the forward's arithmetic, not its launches, should set the time.
 LARGE_PREFILL = 256
+SOURCE = "this engine's profile measured on a GPU (task=profile)"
 
 
 def profiled(devices=None) -> list[tuple[str, str]]:
@@ -107,7 +107,8 @@ def models_in(rows: pd.DataFrame) -> list[str]:
 
 
 def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
-    """Median and worst |predicted / measured - 1| per iteration kind and per op."""
+    """Median and worst |predicted / measured - 1| per iteration kind and per op, and the median
+    of predicted / measured."""
     groups = []
     for (device, model), its in iterations.groupby(["device", "model"], sort=True):
         groups += [("iteration", kind, g) for kind, g in its.groupby("kind")]
@@ -115,10 +116,11 @@ def errors(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
                        its[(its.kind == "prefill") & (its.tokens >= LARGE_PREFILL)]))
         op_rows = ops[(ops.device == device) & (ops.model == model)]
         groups += [("op", op, g) for op, g in op_rows.groupby("op", sort=False)]
-    rows = []
-    for level, kind, g in (group for group in groups if len(group[2])):
-        names = models_in(g)
-        ratio = {f"{n}_median_ratio": float(np.median(g[f"{n}_s"] / g.measured_s)) for n in names}
-        rows.append({"device": g.device.iloc[0], "model": g.model.iloc[0], "level": level,
-                     "kind": kind, "points": len(g)} | fidelity.error_stats(g, names) | ratio)
-    return pd.DataFrame(rows)
+    keys = ["device", "model", "level", "kind"]
+    found = [point_table.from_wide(g.assign(level=level, kind=kind), SOURCE, models_in(g), keys)
+             for level, kind, g in groups if len(g)]
+    if not found:
+        return pd.DataFrame()
+    return point_table.per_model(pd.concat(found, ignore_index=True), keys,
+                                 (fidelity.ERRORS, {"median_ratio": "median_ratio"}),
+                                 count="points", sort=False)

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from sarathi_lab.measure.sim_check import point_table
 from sarathi_lab.model.shape import Shape
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import (
@@ -32,6 +33,10 @@ ITERATIONS = {
                                                             (112, 1136, 64))},
 }
 MODELS = ("roofline", "calibrated", "holdout")
+# A table's error columns (<model>_<suffix>) -> point_table.summary's key.
+ERRORS = {"median_err": "median_abs_rel_err", "worst_err": "worst_abs_rel_err"}
+# vidur's measurements, shipped under its MIT licence (sim/data/gpu_kernels/README.md).
+VIDUR = "the vidur project's measured"
 
 
 def compare(device: str, model: str, cal: Calibration, held_out: Calibration,
@@ -108,20 +113,11 @@ def run(devices=None, models=None, op_tokens=OP_TOKENS,
     return tuple(pd.concat(frames, ignore_index=True) for frames in zip(*pairs))
 
 
-def error_stats(g: pd.DataFrame, models=MODELS) -> dict[str, float]:
-    out = {}
-    for name in models:
-        err = (g[f"{name}_s"] / g.measured_s - 1).abs()
-        out[f"{name}_median_err"] = float(np.median(err))
-        out[f"{name}_worst_err"] = float(err.max())
-    return out
-
-
 def errors(iterations: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame([{"device": device, "model": model, "kind": kind,
-                          "tp": int(g.tp.iloc[0])} | error_stats(g)
-                         for (device, model, kind), g
-                         in iterations.groupby(["device", "model", "kind"])])
+    """|predicted / measured - 1| per device, model and iteration kind, median and worst."""
+    keys = ["device", "model", "kind", "tp"]
+    return point_table.per_model(point_table.from_wide(iterations, VIDUR, MODELS, keys), keys,
+                                 (ERRORS,))
 
 
 def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.DataFrame:
@@ -130,7 +126,7 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
     t = gpu_kernels.kernels(device, model)
     pre = t[t.op == "prefill_attention"]
     shape = measured_shape(model)
-    rows = []
+    found = []
     for chunk in sorted(pre.tokens.unique()):
         launch, per_query, eff, tile = fit_prefill_attention(pre[pre.tokens != chunk], shape,
                                                              dev.peak_flops)
@@ -140,12 +136,15 @@ def attention_holdout(device: str = "a100", model: str = "llama2-7b") -> pd.Data
         cm = CalibratedRooflineCostModel(dataclasses.replace(dev, calibration=cal),
                                          gpu_kernels.config_of(model))
         held = pre[pre.tokens == chunk]
-        predicted = np.array([cm.prefill_attention_s(c, x)
-                              for c, x in zip(held.tokens, held.context)])
-        err = np.abs(predicted / held.seconds.to_numpy() - 1)
-        rows.append({"device": device, "model": model, "chunk": int(chunk), "points": len(held),
-                     "median_err": float(np.median(err)), "worst_err": float(err.max())})
-    return pd.DataFrame(rows)
+        found.append(held.assign(device=device, model=model, chunk=int(chunk), kind=held.op,
+                                 measured_s=held.seconds,
+                                 holdout_s=[cm.prefill_attention_s(c, x)
+                                            for c, x in zip(held.tokens, held.context)]))
+    keys = ["device", "model", "chunk"]
+    table = point_table.summarize(point_table.from_wide(
+        pd.concat(found), f"{VIDUR} {device} attention", ["holdout"], keys), keys)
+    return table[[*keys, "points", *ERRORS.values()]].rename(
+        columns={stat: suffix for suffix, stat in ERRORS.items()})
 
 
 def all_reduce(devices=None, tps=None) -> pd.DataFrame:
@@ -156,11 +155,11 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
     for (device, tp), g in t.groupby(["device", "tp"]):
         if (devices and device not in devices) or (tps and tp not in tps):
             continue
-        points = tuple(zip(g["bytes"].astype(int), g.seconds.astype(float)))
-        table = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points)
-        for i, (nbytes, seconds) in enumerate(points):
-            held = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, points[:i]
-                             + points[i + 1:])
+        sizes = tuple(zip(g["bytes"].astype(int), g.seconds.astype(float)))
+        table = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, sizes)
+        for i, (nbytes, seconds) in enumerate(sizes):
+            held = AllReduce(int(tp), par.allreduce_latency_s, par.allreduce_bandwidth, sizes[:i]
+                             + sizes[i + 1:])
             rows.append({"device": device, "tp": int(tp), "bytes": nbytes, "measured_s": seconds,
                          "roofline_s": table.roofline_s(nbytes), "calibrated_s": table(nbytes),
                          "holdout_s": held(nbytes)})
@@ -169,6 +168,7 @@ def all_reduce(devices=None, tps=None) -> pd.DataFrame:
 
 def all_reduce_errors(rows: pd.DataFrame) -> pd.DataFrame:
     band = np.where(rows["bytes"] < 2**20, "< 1 MiB", ">= 1 MiB")
-    return pd.DataFrame([{"device": device, "tp": tp, "band": b, "sizes": len(g)} | error_stats(g)
-                         for (device, tp, b), g
-                         in rows.assign(band=band).groupby(["device", "tp", "band"])])
+    keys = ["device", "tp", "band"]
+    found = point_table.from_wide(rows.assign(band=band), f"{VIDUR} all-reduces", MODELS, keys,
+                                  kind="all_reduce")
+    return point_table.per_model(found, keys, (ERRORS,), count="sizes")

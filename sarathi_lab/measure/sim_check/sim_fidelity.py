@@ -13,7 +13,8 @@ from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.bench.args import bench_parser
-from sarathi_lab.measure.sim_check import engine_fidelity, fidelity
+from sarathi_lab.measure.sim_check import engine_fidelity, fidelity, point_table
+from sarathi_lab.measure.sim_check.fidelity import VIDUR
 from sarathi_lab.model import load_config
 from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.cost_model import CostModel
@@ -48,8 +49,6 @@ def leases_read(launches: dict[tuple[str, str], dict]) -> str:
     leases = {path.parent.name for path in paths if path.parents[1] != profiles_dir()}
     leases |= {lease for _, lease in launches}
     return "+".join(sorted(leases))
-# vidur's measurements, shipped under its MIT licence (sim/data/gpu_kernels/README.md).
-VIDUR = "the vidur project's measured"
 
 
 def png(fig) -> bytes:
@@ -223,8 +222,9 @@ def graph_replays(show, launches: dict[tuple[str, str], dict]) -> dict[str, pd.D
                     for n, cm in cms.items()}
             # The profile model predicts the eager forward it measured; others tight kernels.
             rows.append(row | {f"{n}_over_eager" if n == "profile" else f"{n}_over_graph":
-                               row[f"{n}_ms"] / row["eager_ms" if n == "profile"
-                                                    else "graph_ms"] for n in cms})
+                               point_table.ratio(row[f"{n}_ms"], row["eager_ms" if n == "profile"
+                                                                     else "graph_ms"])
+                               for n in cms})
     if not rows:
         return {}
     table = pd.DataFrame(rows)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sarathi_lab import cli_args, output_files, provenance, sim
+from sarathi_lab import cli_args, code_commit, output_files, provenance, sim
 from sarathi_lab.analysis.paper_results.pipeline_bubbles import PAPER
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
@@ -292,8 +292,10 @@ def main(argv: list[str] | None = None) -> None:
     setup = PipelineSetup(requests=args.requests or (300 if args.smoke else 10_000))
     if refused := requests_refused(setup.requests):  # lengths only: no token lists
         parser.error(refused)
+    # The code's commit: the claims row read from these tables says what produced them.
+    commit = provenance.commits([code_commit.source_commit()[0]])
     outputs = output_files.Outputs(out, dict.fromkeys(FILES, provenance.Provenance(
-        "simulated A100 (pipeline)", f"{setup.requests} requests",
+        "simulated A100 (pipeline)", f"{setup.requests} requests", commit=commit,
         writer="python -m sarathi_lab.measure sim_pipeline")), given=f"--out={out}",
         force=args.force, how="--force replaces them; --out DIR writes elsewhere")
     try:

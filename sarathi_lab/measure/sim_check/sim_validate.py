@@ -21,6 +21,7 @@ from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
+from sarathi_lab.engine.metrics import iteration_kinds
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.harness.arrivals import poisson_arrivals
 from sarathi_lab.harness.schema import MeasureCfg
@@ -28,6 +29,16 @@ from sarathi_lab.harness.workloads import split_length
 from sarathi_lab.measure.bench.args import bench_parser
 from sarathi_lab.measure.profiling import cpu_ceilings
 from sarathi_lab.measure.profiling.machine import machine_record
+from sarathi_lab.measure.sim_check import parity
+from sarathi_lab.measure.sim_check.point_table import (
+    COST_MODEL,
+    KIND,
+    MEASURED,
+    PREDICTED,
+    SOURCE,
+    rel_err,
+    summary,
+)
 from sarathi_lab.sim.profiles import profile_description, profile_path
 
 # Fields that say what was batched, not how long it took.
@@ -38,6 +49,8 @@ BLOCK_SIZE = EngineConfig.block_size
 SMOKE_PROFILE = {"max_tokens": 160, "chunk": 32, "batch": 8, "seq_len": 64, "reps": 1,
                  "token_step": 16}
 SERVED = ("makespan_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
+# validation_iterations.csv's: point_table's points, less what is the same in every row.
+ITERATION_COLUMNS = ("workload", "scheduler", "chunk", "num_tokens", MEASURED, PREDICTED)
 DOCS = REPO_ROOT / "docs" / "sim"
 
 
@@ -152,10 +165,6 @@ def host_probe(model: str, path: Path, clock: Clock | None = None, reps: int = 5
     return lambda: reference_forward_s(llm, batches, ref, reps) / profiled_s
 
 
-def _rel(pred: float, ref: float) -> float:
-    return pred / ref - 1 if ref > 0 else float("nan")
-
-
 def batch_errors(real: Run, sim: Run) -> dict:
     """Iteration counts; whether the simulation made the real run's batches; where so, errors."""
     batched = [run.iterations[list(COMPOSITION)].to_numpy() for run in (real, sim)]
@@ -163,11 +172,11 @@ def batch_errors(real: Run, sim: Run) -> dict:
     row = {"iterations_real": len(real.iterations), "iterations_sim": len(sim.iterations),
            "identical_batches": bool(same)}
     if same:
-        err = sim.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
-        row["iter_median_abs_rel_err"] = float(np.median(np.abs(err)))
-        row["iter_median_rel_err"] = float(np.median(err))
-        row["busy_rel_err"] = _rel(sim.iterations.duration_s.sum(),
-                                   real.iterations.duration_s.sum())
+        err = summary(rel_err(sim.iterations.duration_s, real.iterations.duration_s))
+        row["iter_median_abs_rel_err"] = err["median_abs_rel_err"]
+        row["iter_median_rel_err"] = err["median_rel_err"]
+        row["busy_rel_err"] = rel_err(sim.iterations.duration_s.sum(),
+                                      real.iterations.duration_s.sum())
     return row
 
 
@@ -175,7 +184,7 @@ def served_errors(real: Run, sim: Run, keys=SERVED) -> dict:
     row = {}
     for key in keys:
         row[f"{key}_real"] = real.summary[key]
-        row[f"{key}_rel_err"] = _rel(sim.summary[key], real.summary[key])
+        row[f"{key}_rel_err"] = rel_err(sim.summary[key], real.summary[key])
     return row
 
 
@@ -188,12 +197,12 @@ def compare(case: Case, real: Run, sim: Run, again: Run | None = None) -> dict:
     # A Poisson repeat may batch differently: then no per-iteration spread.
     row["real_iter_median_abs_rel_spread"] = float("nan")
     if again is not None and len(again.iterations) == len(real.iterations):
-        spread = again.iterations.duration_s.to_numpy() / real.iterations.duration_s.to_numpy() - 1
-        row["real_iter_median_abs_rel_spread"] = float(np.median(np.abs(spread)))
+        spread = summary(rel_err(again.iterations.duration_s, real.iterations.duration_s))
+        row["real_iter_median_abs_rel_spread"] = spread["median_abs_rel_err"]
     for key in SERVED:
         row |= served_errors(real, sim, (key,))
         if again is not None:
-            row[f"{key}_real_spread"] = _rel(again.summary[key], real.summary[key])
+            row[f"{key}_real_spread"] = rel_err(again.summary[key], real.summary[key])
     return row
 
 
@@ -213,13 +222,20 @@ def validate(model: str = "cpu-small", which: list[Case] | None = None, cpu_cloc
                                                  "host_slowdown_vs_profile": slowdown}
         rows.append(row)
         if row["identical_batches"]:
-            points.append(pd.DataFrame({"workload": case.workload, "scheduler": case.scheduler,
-                                        "chunk": case.chunk,
-                                        "num_tokens": real.iterations.num_tokens,
-                                        "measured_s": real.iterations.duration_s,
-                                        "predicted_s": sim.iterations.duration_s}))
+            points.append(iteration_points(case, real, sim))
         progress(f"{case.workload}/{case.scheduler}/c{case.chunk}: {verdict(row)}")
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True) if points else pd.DataFrame()
+
+
+def iteration_points(case: Case, real: Run, sim: Run) -> pd.DataFrame:
+    """Every iteration of a run the simulation batched alike, as point_table's points."""
+    its = real.iterations
+    return pd.DataFrame({
+        SOURCE: "this engine measured on this CPU", KIND: iteration_kinds(
+            its.num_prefill_tokens, its.num_decode_tokens), COST_MODEL: "profile",
+        PREDICTED: sim.iterations.duration_s.to_numpy(), MEASURED: its.duration_s.to_numpy(),
+        "workload": case.workload, "scheduler": case.scheduler, "chunk": case.chunk,
+        "num_tokens": its.num_tokens.to_numpy()})
 
 
 def verdict(row: dict) -> str:
@@ -231,30 +247,13 @@ def verdict(row: dict) -> str:
                else f", host at {slowdown:.2f}x the profile's reference time"))
 
 
-def parity(ax, measured_s: pd.Series, simulated_s: pd.Series, title: str, label: str) -> None:
-    from sarathi_lab.analysis.figures import plain_log_ticks
-
-    low = min(measured_s.min(), simulated_s.min()) * 1e3
-    high = max(measured_s.max(), simulated_s.max()) * 1e3
-    ax.plot([low, high], [low, high], "k-", lw=0.8, label=label)
-    ax.set(xscale="log", yscale="log", xlabel="measured iteration (ms)",
-           ylabel="simulated iteration (ms)", title=title)
-    plain_log_ticks(ax.xaxis)
-    plain_log_ticks(ax.yaxis)
-
-
 def figure(points: pd.DataFrame, table: pd.DataFrame, path: Path, title: str = "") -> None:
     """The Poisson runs' served metrics beside the real engine's own repeat."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 4.4), layout="constrained")
     left, right = fig.subplots(1, 2)
-    for workload, group in points.groupby("workload"):
-        left.scatter(group.measured_s * 1e3, group.predicted_s * 1e3, s=6, alpha=0.6,
-                     label=workload)
-    parity(left, points.measured_s, points.predicted_s, "identical batches: iteration by iteration",
-           label="simulated = measured")
-    left.legend(fontsize=7)
+    parity.draw(left, points, "identical batches: iteration by iteration", colour_by="workload")
     poisson = table[table.arrival == "poisson"]
     keys = list(SERVED)
     width = 0.8 / max(len(poisson), 1)
@@ -325,7 +324,8 @@ def main(argv: list[str] | None = None) -> None:
                              progress=lambda m: print(m, flush=True))
     outputs.add(f"validation{suffix}.csv", table.to_csv(index=False, float_format="%.4g"))
     outputs.add(f"validation_iterations{suffix}.csv",
-                points.to_csv(index=False, float_format="%.5g"))
+                (points[list(ITERATION_COLUMNS)] if len(points) else points).to_csv(
+                    index=False, float_format="%.5g"))
     if not points.empty:
         machine = profile_description(path).get("machine", {})
         title = (f"Simulator (profile cost model, {path.parent.name}/{path.name}) against this "

@@ -30,6 +30,14 @@ from sarathi_lab.measure.bench.args import bench_parser, names_of
 from sarathi_lab.measure.bench.task_tables import TABLES, paired
 from sarathi_lab.measure.profiling import cpu_ceilings
 from sarathi_lab.measure.sim_check import sim_vs_gpu_report as report
+from sarathi_lab.measure.sim_check.point_table import (
+    COST_MODEL,
+    MEASURED,
+    PREDICTED,
+    SOURCE,
+    rel_err,
+    summary,
+)
 from sarathi_lab.measure.sim_check.sim_validate import (
     DOCS,
     SERVED,
@@ -121,10 +129,10 @@ def stalls(iterations: pd.DataFrame) -> pd.Series:
 
 
 def _errors(points: pd.DataFrame) -> dict:
-    kept = points[~points.stall] if len(points) else points
-    err = (kept.simulated_s / kept.measured_s - 1) if len(kept) else pd.Series(dtype=float)
-    return {"iter_median_abs_rel_err": err.abs().median(),
-            "iter_worst_abs_rel_err": err.abs().max(), "iter_median_rel_err": err.median()}
+    kept = points[~points.stall] if len(points) else pd.DataFrame(columns=[PREDICTED, MEASURED])
+    err = summary(rel_err(kept[PREDICTED], kept[MEASURED]))
+    return {f"iter_{stat}": err[stat]
+            for stat in ("median_abs_rel_err", "worst_abs_rel_err", "median_rel_err")}
 
 
 def _serving(run_dir: Path, sim_dir: Path) -> tuple[dict, pd.DataFrame]:
@@ -140,8 +148,8 @@ def _serving(run_dir: Path, sim_dir: Path) -> tuple[dict, pd.DataFrame]:
     it = real.iterations
     return row, pd.DataFrame({"kind": iteration_kinds(it.num_prefill_tokens, it.num_decode_tokens),
                               "label": [f"iteration {i}" for i in range(len(it))],
-                              "num_tokens": it.num_tokens, "measured_s": it.duration_s,
-                              "simulated_s": sim.iterations.duration_s.to_numpy(),
+                              "num_tokens": it.num_tokens, MEASURED: it.duration_s,
+                              PREDICTED: sim.iterations.duration_s.to_numpy(),
                               "stall": stall.to_numpy()})
 
 
@@ -151,12 +159,13 @@ def _measured(run_dir: Path, sim_dir: Path, task: str) -> tuple[dict, pd.DataFra
     points, same = paired(task, real, sim)
     counts = {"iterations_real": len(TABLES[task].points(real)),
               "iterations_sim": len(TABLES[task].points(sim))}
+    points = points.rename(columns={"simulated_s": PREDICTED})
     return counts | {"identical_batches": same}, points.assign(stall=False)
 
 
 class Comparison(NamedTuple):
     table: pd.DataFrame
-    # every compared iteration (or task quantity), measured and simulated seconds
+    # every compared iteration (or task quantity): point_table's points
     points: pd.DataFrame
     unavailable: pd.DataFrame
 
@@ -184,8 +193,9 @@ def compare(runs: Path, work: Path, device: str, cost_models=PREDICTING_COST_MOD
             row = ident | {"cost_model": model, "points": len(its)} | row | _errors(its)
             rows.append(row)
             if len(its):
-                points.append(its.assign(run_kind=kind, task=ident["task"], job=run_dir.name,
-                                         cost_model=model))
+                source = f"this engine measured on {ident['measured_on']}"
+                points.append(its.assign(**{SOURCE: source, COST_MODEL: model}, run_kind=kind,
+                                         task=ident["task"], job=run_dir.name))
             said = (verdict(row) if serve else f"rows identical {row['identical_batches']}, "
                     f"iteration error {row['iter_median_abs_rel_err']:.1%}")
             progress(f"{kind}/{run_dir.name.split('_')[0]} {ident['task']}, {model}: {said} "

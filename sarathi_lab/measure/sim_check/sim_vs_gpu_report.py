@@ -9,7 +9,15 @@ import pandas as pd
 
 from sarathi_lab.engine.metrics import STALL
 from sarathi_lab.measure.bench.task_tables import CHUNKS_SUMMED, END_TO_END, ONE_LAYER_ATTENTION
-from sarathi_lab.measure.sim_check.sim_validate import parity
+from sarathi_lab.measure.sim_check import parity
+from sarathi_lab.measure.sim_check.point_table import (
+    COST_MODEL,
+    KIND,
+    MEASURED,
+    PREDICTED,
+    rel_err,
+    summary,
+)
 
 ITERATION_KINDS = ("decode", "prefill", "hybrid")
 OTHER_KINDS = (CHUNKS_SUMMED, ONE_LAYER_ATTENTION, END_TO_END)
@@ -22,13 +30,13 @@ MARKERS = {"decode": "o", "prefill": "s", "hybrid": "^"}
 
 def _stats(group: pd.DataFrame) -> dict:
     kept = group[~group.stall]
-    err = kept.simulated_s / kept.measured_s - 1
+    err = summary(rel_err(kept[PREDICTED], kept[MEASURED]))
     # a job's name is unique within its sweep only
     runs = len(group[["run_kind", "job"]].drop_duplicates())
     return {"runs": runs, "points": len(kept), "stalls_left_out": int(group.stall.sum()),
-            "measured_ms": 1e3 * kept.measured_s.median(),
-            "simulated_ms": 1e3 * kept.simulated_s.median(), "median_rel_err": err.median(),
-            "median_abs_rel_err": err.abs().median(), "worst_abs_rel_err": err.abs().max()}
+            "measured_ms": 1e3 * kept[MEASURED].median(),
+            "simulated_ms": 1e3 * kept[PREDICTED].median()} | {
+        stat: err[stat] for stat in ("median_rel_err", "median_abs_rel_err", "worst_abs_rel_err")}
 
 
 def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.DataFrame:
@@ -54,11 +62,6 @@ def iteration_errors(points: pd.DataFrame, unavailable: pd.DataFrame) -> pd.Data
     return both.astype({c: "Int64" for c in counts})
 
 
-def _worst(values: pd.Series) -> float:
-    values = values.dropna()
-    return float(values.loc[values.abs().idxmax()]) if len(values) else np.nan
-
-
 def serving_errors(table: pd.DataFrame) -> pd.DataFrame:
     """Median and worst signed error of each SERVING_ERRORS, and how many runs batched alike."""
     serving = table[table.task == "serve"] if len(table) else table
@@ -67,8 +70,9 @@ def serving_errors(table: pd.DataFrame) -> pd.DataFrame:
         row = {"run_kind": kind_of_run, "cost_model": model, "runs": len(g),
                "identical_batches": int(g.identical_batches.sum())}
         for key in SERVING_ERRORS:
-            row |= {f"{key}_median_rel_err": g[f"{key}_rel_err"].median(),
-                    f"{key}_worst_rel_err": _worst(g[f"{key}_rel_err"])}
+            err = summary(g[f"{key}_rel_err"])
+            row |= {f"{key}_median_rel_err": err["median_rel_err"],
+                    f"{key}_worst_rel_err": err["worst_rel_err"]}
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -103,27 +107,10 @@ def _error_panel(ax, errors: pd.DataFrame, models: list[str]) -> None:
     ax.legend(fontsize=7, ncol=len(models) + 1, loc="upper left")
 
 
-def _parity_panel(ax, points: pd.DataFrame, models: list[str]) -> None:
-    for model in models:
-        group = points[points.cost_model == model]
-        for kind, marker in MARKERS.items():
-            each = group[(group.kind == kind) & ~group.stall]
-            ax.scatter(each.measured_s * 1e3, each.simulated_s * 1e3, s=6, marker=marker,
-                       alpha=0.35, color=COLOURS.get(model), rasterized=True)
-        stalled = group[group.stall]
-        ax.scatter(stalled.measured_s * 1e3, stalled.simulated_s * 1e3, s=30, marker="x",
-                   color=COLOURS.get(model))
-    iterations = points[points.kind.isin(ITERATION_KINDS)]
-    parity(ax, iterations.measured_s, iterations.simulated_s, "every compared iteration",
-           "simulated = measured")
-    for model in models:
-        ax.scatter([], [], s=15, color=COLOURS.get(model), label=model)
-    for kind, marker in MARKERS.items():
-        ax.scatter([], [], s=15, marker=marker, color="0.4", label=kind)
-    if points.stall.any():
-        ax.scatter([], [], s=15, marker="x", color="k",
-                   label=f"measured stall (> {STALL:g}x its kind's median)")
-    ax.legend(fontsize=7)
+def _parity_panel(ax, points: pd.DataFrame) -> None:
+    parity.draw(ax, points[points.kind.isin(ITERATION_KINDS)], "every compared iteration",
+                colour_by=COST_MODEL, colours=COLOURS, marker_by=KIND, markers=MARKERS,
+                flagged="stall", flag_label=f"measured stall (> {STALL:g}x its kind's median)")
 
 
 def _serving_panel(ax, table: pd.DataFrame, models: list[str]) -> None:
@@ -170,7 +157,7 @@ def figure(points: pd.DataFrame, errors: pd.DataFrame, table: pd.DataFrame,
     fig = Figure(figsize=(max(12, 5 * len(lower)), 10))
     axes = fig.subplot_mosaic([["errors"] * len(lower), lower], height_ratios=[1, 1.05])
     _error_panel(axes["errors"], errors, models)
-    _parity_panel(axes["parity"], points, models)
+    _parity_panel(axes["parity"], points)
     if "serving" in axes:
         _serving_panel(axes["serving"], table, models)
     if "gain" in axes:
