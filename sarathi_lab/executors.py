@@ -1,8 +1,11 @@
 """What runs a batch (``engine.executor``), registered with its capabilities as class attributes:
 settings it cannot honour are refused before any work, and nothing outside this registry compares an
-executor's name. Torch-free: the config checks against it."""
+executor's name. Each kind also names how it is planned, built and recorded, and callers ask it
+(``build(plan)``, ``kind.plan(...)``, ``kind.record(...)``) rather than branch on what it is.
+Torch-free: the config checks against it."""
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -15,10 +18,11 @@ class ExecutorKind:
     """A flag: honours its settings at any value (else the default); a tuple: the values taken."""
     name: ClassVar[str]
     noun: ClassVar[str]
-    runs_model: ClassVar[bool] = False  # timings exposed to this machine's load
+    # What it needs: our model's forwards (timings exposed to this machine's load).
+    runs_model: ClassVar[bool] = False
+    # What it records: predicted times (a simulated device), else measured ones; another engine's
+    # numbers are labelled ``engine_label``.
     simulated: ClassVar[bool] = False
-    # Else the harness builds another engine, named by ``engine_label``.
-    our_engine: ClassVar[bool] = True
     engine_label: ClassVar[str | None] = None
     samples: ClassVar[bool] = True  # else placeholder tokens beside the times
     tensor_parallel: ClassVar[bool] = False
@@ -30,6 +34,65 @@ class ExecutorKind:
     attention_hybrids: ClassVar[tuple[str, ...] | None] = None
     overlaps: ClassVar[tuple[str, ...] | None] = None
     cpu_linears: ClassVar[tuple[str, ...] | None] = None
+    # The setting that counts its pipeline stages.
+    stages_setting: ClassVar[str] = "pipeline_parallel"
+    tags: ClassVar[tuple[str, ...]] = ()  # its runs' W&B tags
+    # What its records say of the machine's load, beside what the run measured of it.
+    load_record: ClassVar[dict[str, Any]] = {}
+    # Its gc generation-0 threshold; None: Python's default (collections' pauses land in the times).
+    gc_gen0_threshold: ClassVar[int | None] = None
+    # How it is planned, built and recorded: "module:callable", imported when called, since what
+    # they name sits in the layers above this registry (the plan, the engine, the harness).
+    planner: ClassVar[str] = "sarathi_lab.plan:plan_on_device"          # (cfg, limits) -> plan
+    plan_check: ClassVar[str | None] = None                             # (plan) -> None or refuses
+    engine: ClassVar[str] = "sarathi_lab.llm:LLM.from_plan"             # (plan, shared) -> engine
+    # (llm, scheduler) -> (executor, clock): our engine's batches; None: another engine serves
+    # the plan (the harness builds it, ``engine``).
+    batches: ClassVar[str | None] = "sarathi_lab.llm:model_batches"
+    recorder: ClassVar[str] = "sarathi_lab.harness.environment:measured_record"  # (engine, device)
+    budgeter: ClassVar[str] = "sarathi_lab.harness.budget:measured_budget"      # (engine) -> source
+
+    @classmethod
+    def stages(cls, engine: Any) -> int:
+        return getattr(engine, cls.stages_setting)
+
+    @classmethod
+    def plan(cls, cfg: Any, limits: Any = None) -> Any:
+        return _target(cls.planner)(cfg, limits)
+
+    @classmethod
+    def check_plan(cls, plan: Any) -> None:
+        """Refuses, before any work, a plan this kind's engine cannot serve here."""
+        if cls.plan_check is not None:
+            _target(cls.plan_check)(plan)
+
+    @classmethod
+    def build_batches(cls, llm: Any, scheduler: Any) -> tuple[Any, Any]:
+        return _target(cls.batches)(llm, scheduler)
+
+    @classmethod
+    def budget_source(cls, engine: Any) -> Any:
+        """Whose cost model sizes its ``token_budget=auto``."""
+        return _target(cls.budgeter)(engine)
+
+    @classmethod
+    def record(cls, engine: Any, device: Any) -> dict[str, Any]:
+        """What a run records of its executor: the device measured and its name, or the simulated one."""
+        return _target(cls.recorder)(engine, device)
+
+
+def _target(name: str) -> Any:
+    module, _, attributes = name.partition(":")
+    found = importlib.import_module(module)
+    for attribute in attributes.split("."):
+        found = getattr(found, attribute)
+    return found
+
+
+def build(plan: Any, shared: Any = None) -> Any:
+    """The engine serving ``plan``: ours (with a model executor or the simulator's) or another.
+    ``shared``: the parts an earlier engine of this process left, for an engine that takes them."""
+    return _target(executor_class(plan.config.executor).engine)(plan, shared)
 
 
 def register_executor(name: str):
@@ -70,19 +133,33 @@ class Simulator(ExecutorKind):
     simulated = True
     samples = False
     overlaps = ("none",)
+    stages_setting = "sim_pp"
+    tags = ("simulated",)
+    # Virtual-clock times do not depend on the machine's load.
+    load_record: ClassVar[dict[str, Any]] = {"timing_unreliable": False, "timing_note": None}
+    planner = "sarathi_lab.plan:plan_simulated"
+    batches = "sarathi_lab.llm:simulated_batches"
+    recorder = "sarathi_lab.harness.environment:simulated_record"
+    budgeter = "sarathi_lab.harness.budget:simulated_budget"
+    # A simulation's objects live to its end and make few cycles: fewer collections, and none of
+    # their pauses lands in a virtual clock's times.
+    gc_gen0_threshold = 50_000
 
 
 @register_executor("vllm")
 class Vllm(ExecutorKind):
     noun = "vLLM's engine"
     engine_label = "vLLM"
-    our_engine = False
     cuda_graphs_mixed = kv_watermark = False
     # vLLM's scheduler with chunked prefill is sarathi_serve's batching; off, it is our vllm.
     schedulers = ("sarathi_serve", "vllm")
     attentions = cpu_linears = ("auto",)
     attention_hybrids = ("sequential",)
     overlaps = ("none",)
+    plan_check = "sarathi_lab.harness.vllm_args:check_vllm"
+    engine = "sarathi_lab.harness.vllm_engine:VllmLLM.from_plan"
+    batches = None
+    recorder = "sarathi_lab.harness.environment:vllm_record"
 
 
 @dataclass(frozen=True)
@@ -132,10 +209,34 @@ def _takes(honours: bool | tuple | None, value: Any, default: Any) -> bool:
     return honours is not False or value == default
 
 
+def llm_refusal(name: str) -> str | None:
+    """Why ``LLM`` cannot drive ``name``: another engine serves it (through the harness)."""
+    if executor_class(name).batches is not None:
+        return None
+    return (f"executor={name!r} is invalid for LLM: {executor_class(name).noun} is served by the "
+            f"harness (python -m sarathi_lab.run executor={name}); allowed: "
+            f"{', '.join(executors_with('batches'))}")
+
+
+def sampling_refusal(name: str, temperature: float) -> str | None:
+    if not temperature or executor_class(name).samples:
+        return None
+    return (f"sampling.temperature={temperature} is invalid with executor={name!r}: "
+            f"{executor_class(name).noun} predicts times, not tokens; allowed: 0")
+
+
+def stand_in_refusal(name: str, model: str, why: str | None) -> str | None:
+    """A simulator-only preset (``why``: what it stands in for; None: a model) off the simulator."""
+    if why is None or executor_class(name).simulated:
+        return None
+    return (f"{SETTING.set('model', model)} is invalid with {SETTING.set('executor', name)}: "
+            f"{why}; allowed: {SETTING('executor')}={', '.join(executors_with('simulated'))}")
+
+
 # What a task beyond serving needs: our engine's batches, or (profile) our forwards.
 SERVING_TASKS = ("serve", "capacity")
 TASK_NEEDS = {"profile": ("runs_model", "runs none of our model's forwards")}
-BATCHES_OF_OURS = ("our_engine", "runs no batch of our engine")
+BATCHES_OF_OURS = ("batches", "runs no batch of our engine")
 
 
 def task_refusal(name: str, task: str) -> str | None:

@@ -18,12 +18,13 @@ from sarathi_lab.engine.metrics import IterationRecord, Metrics
 from sarathi_lab.engine.scheduler import Scheduler, scheduler_names
 from sarathi_lab.engine.scheduler.base import foreign_knob
 from sarathi_lab.engine.sequence import SamplingParams, Sequence
-from sarathi_lab.executors import executor_class, executors_with
+from sarathi_lab.executors import executor_class, llm_refusal, sampling_refusal
 from sarathi_lab.model.configs import eos_token_of
 from sarathi_lab.plan import EnginePlan, build_scheduler, plan_engine
 from sarathi_lab.sim.executor import simulated_executor
 
 if TYPE_CHECKING:
+    from sarathi_lab.engine.executor import Executor
     from sarathi_lab.model.cuda_graphs import CudaGraphs
     from sarathi_lab.model.decoder import CausalLM
     from sarathi_lab.model.executor import ModelExecutor
@@ -62,11 +63,8 @@ class LLM:
         self.config = cfg = plan.config
         self.kind = kind = executor_class(cfg.executor)
         # The harness serves another engine: LLM would run ours instead.
-        if not kind.our_engine:
-            raise ConfigError(f"executor={cfg.executor!r} is invalid for LLM: {kind.noun} is "
-                              "served by the harness (python -m sarathi_lab.run "
-                              f"executor={cfg.executor}); allowed: "
-                              f"{', '.join(executors_with('our_engine'))}")
+        if (why := llm_refusal(cfg.executor)) is not None:
+            raise ConfigError(why)
         if cfg.num_threads is not None:
             import torch
 
@@ -78,12 +76,8 @@ class LLM:
         scheduler = build_scheduler(plan)
         self.block_manager = scheduler.blocks
         self.cuda_graphs: dict | None = None
-        if kind.simulated:
-            self.cpu_gemm = None
-            clock = VirtualClock()
-            executor = simulated_executor(plan.cost_model, clock, eos_token_of(self.model_config))
-        else:
-            executor, clock = self._build_model_executor(largest_iteration_tokens(scheduler))
+        self.cpu_gemm = None
+        executor, clock = kind.build_batches(self, scheduler)
         self.engine = LLMEngine(scheduler, executor, clock)
         self.metrics = Metrics()
         self._next_id = 0
@@ -242,10 +236,8 @@ class LLM:
             sampling = sampling or SamplingParams()
             if not isinstance(sampling, SamplingParams):
                 raise TypeError(f"sampling must be a SamplingParams; got {type(sampling).__name__}")
-            if sampling.temperature and not self.kind.samples:
-                raise ConfigError(f"sampling.temperature={sampling.temperature} is invalid with "
-                                  f"executor={self.config.executor!r}: {self.kind.noun} predicts "
-                                  "times, not tokens; allowed: 0")
+            if (why := sampling_refusal(self.config.executor, sampling.temperature)) is not None:
+                raise ConfigError(why)
             token_lists = inputs.prompts_as_lists(prompts)
             n = len(token_lists)
             new_tokens = inputs.per_request_ints("max_new_tokens", max_new_tokens, n)
@@ -293,6 +285,17 @@ class LLM:
         ran = len(self.metrics.iterations)
         self.metrics = Metrics()
         return {"iterations": ran, "prompt_tokens": length, "new_tokens": warm}
+
+
+def model_batches(llm: LLM, scheduler: Scheduler) -> tuple[ModelExecutor | ParallelExecutor, WallClock]:
+    """The model executor's (executor.py's registry names it): our model's forwards, timed."""
+    return llm._build_model_executor(largest_iteration_tokens(scheduler))
+
+
+def simulated_batches(llm: LLM, scheduler: Scheduler) -> tuple[Executor, VirtualClock]:
+    """The simulator's: the plan's cost model on a virtual clock."""
+    clock = VirtualClock()
+    return simulated_executor(llm.plan.cost_model, clock, eos_token_of(llm.model_config)), clock
 
 
 def largest_iteration_tokens(scheduler: Scheduler) -> int:

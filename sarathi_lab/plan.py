@@ -17,7 +17,6 @@ from sarathi_lab.config import (
 )
 from sarathi_lab.engine.block_manager import BlockManager
 from sarathi_lab.engine.scheduler import Scheduler, SchedulerConfig, scheduler_class, scheduler_config
-from sarathi_lab.executors import executor_class
 from sarathi_lab.host_features import (
     cpu_has_onednn_fp16,
     cuda_available,
@@ -65,15 +64,8 @@ class HostFacts:
 
 
 def probe_host(cfg: EngineConfig) -> HostFacts:
-    cores, k = usable_cores(), SETTING
-    # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
-    if cfg.num_threads is not None and cfg.num_threads > cores:
-        raise ConfigError(f"{k.set('num_threads', cfg.num_threads)} is invalid: this process may "
-                          f"run on {cores} cores, so at most {cores}")
-    if cfg.kind.simulated:
-        # This machine's features decide nothing unless the simulated device is this CPU.
-        fp16 = _check_cpu_dtype(cfg) if cfg.sim_device == "cpu" else None
-        return HostFacts(cores, None, cpu_fp16=fp16)
+    """The device a model of ours (or vLLM's) runs on here, and what it can run."""
+    cores, k = _usable_cores(cfg), SETTING
     if cfg.device == "cuda" and not cuda_available():
         raise ConfigError(f"{k.set('device', 'cuda')} is invalid: no CUDA device is available; "
                           "allowed here: auto, cpu")
@@ -82,6 +74,15 @@ def probe_host(cfg: EngineConfig) -> HostFacts:
     check_attention_hybrid(cfg.attention_hybrid, attention_backend(cfg.attention, device_type))
     gpus = _check_ranks_fit(cfg, device_type, cores) if cfg.world_size > 1 else None
     return HostFacts(cores, device_type, gpus, fp16)
+
+
+def _usable_cores(cfg: EngineConfig) -> int:
+    cores, k = usable_cores(), SETTING
+    # More threads than cores time their waits for a core, and thousands crashed OpenMP's runtime.
+    if cfg.num_threads is not None and cfg.num_threads > cores:
+        raise ConfigError(f"{k.set('num_threads', cfg.num_threads)} is invalid: this process may "
+                          f"run on {cores} cores, so at most {cores}")
+    return cores
 
 
 def _check_ranks_fit(cfg: EngineConfig, device_type: str, cores: int) -> int | None:
@@ -145,17 +146,14 @@ class EnginePlan:
 
 
 def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
-    """``limits``: the model's, when already read."""
+    """``limits``: the model's, when already read. Planned as the executor's kind plans: on this
+    host's device (``plan_on_device``), or on a simulated one (``plan_simulated``)."""
+    return cfg.kind.plan(cfg, limits)
+
+
+def plan_on_device(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
     host = probe_host(cfg)
-    limits = limits or ModelLimits.of(cfg)
-    hf, context = limits.config, limits.max_model_len
-    sched = scheduler_config_of(cfg, context)
-    if executor_class(cfg.executor).simulated:
-        # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
-        blocks = simulated_kv_blocks(cfg, hf, sched, context)
-        dtype = simulated_dtype(cfg.sim_device, cfg.dtype)
-        return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, host,
-                          simulated_cost_model(cfg, hf))
+    hf, context, sched = _model_and_scheduler(cfg, limits)
     import torch
 
     dtype, device = torch_run_dtype(cfg.dtype, host.device_type), torch.device(host.device_type)
@@ -168,6 +166,24 @@ def plan_engine(cfg: EngineConfig, limits: ModelLimits | None = None) -> EngineP
         available = device_memory_bytes(device) // cfg.world_size if device.type == "cpu" else None
     blocks = plan_kv_blocks(cfg, per_rank, sched, context, dtype, device, available)
     return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, host)
+
+
+def plan_simulated(cfg: EngineConfig, limits: ModelLimits | None = None) -> EnginePlan:
+    # This machine's features decide nothing unless the simulated device is this CPU.
+    cores = _usable_cores(cfg)
+    host = HostFacts(cores, None, cpu_fp16=_check_cpu_dtype(cfg) if cfg.sim_device == "cpu" else None)
+    hf, context, sched = _model_and_scheduler(cfg, limits)
+    # Blocks first: they refuse, naming sim_tp, a model that does not split across the GPUs.
+    blocks = simulated_kv_blocks(cfg, hf, sched, context)
+    dtype = simulated_dtype(cfg.sim_device, cfg.dtype)
+    return EnginePlan(cfg, hf, Shape.of(hf), context, sched, blocks, dtype, host,
+                      simulated_cost_model(cfg, hf))
+
+
+def _model_and_scheduler(cfg: EngineConfig, limits: ModelLimits | None
+                         ) -> tuple[ModelConfig, int, SchedulerConfig]:
+    limits = limits or ModelLimits.of(cfg)
+    return limits.config, limits.max_model_len, scheduler_config_of(cfg, limits.max_model_len)
 
 
 def torch_run_dtype(dtype: str, device_type: str) -> torch.dtype:

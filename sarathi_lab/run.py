@@ -38,9 +38,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import CONF_DIR
 
-# The wing's measurements register with the harness, so that task=NAME finds them.
-from sarathi_lab.measure import tasks  # noqa: F401
-
 log = logging.getLogger("sarathi_lab.run")
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES,
                        errno.EPERM, errno.EIO}
@@ -108,7 +105,6 @@ def main(cfg: DictConfig) -> None:
 
 def _run_and_record(cfg: DictConfig, ctx) -> None:
     """The status is written while signals still interrupt (else one could leave it `running`)."""
-    from sarathi_lab.executors import executor_class
     from sarathi_lab.harness.gc_thresholds import fewer_collections
     from sarathi_lab.harness.interrupts import interruption_of, signals_interrupt
     from sarathi_lab.harness.results import write_status
@@ -118,7 +114,7 @@ def _run_and_record(cfg: DictConfig, ctx) -> None:
     try:
         with signals_interrupt(signal.SIGINT, signal.SIGTERM):
             run_cfg = parse_config(cfg)
-            with fewer_collections(executor_class(run_cfg.engine.executor).simulated):
+            with fewer_collections(run_cfg.engine.kind.gc_gen0_threshold):
                 status = run_experiment(run_cfg, OmegaConf.to_container(cfg, resolve=True), ctx)
             write_status(ctx.status_dir, status)
             if status == "ok" and run_cfg.export.timeline:

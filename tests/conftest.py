@@ -39,6 +39,3 @@ def fresh_shared_engine():
     from sarathi_lab.model.shared_engine import SHARED
 
     SHARED.release()
-
-# The wing's measurements (task=NAME) registered, as run.py's import of them registers them.
-import sarathi_lab.measure.tasks  # noqa: F401

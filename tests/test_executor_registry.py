@@ -55,7 +55,7 @@ def test_what_each_executor_honours():
     model, sim, vllm = (executor_class(n) for n in ("model", "sim", "vllm"))
     assert model.tensor_parallel and model.pipeline_parallel and not sim.tensor_parallel and not vllm.tensor_parallel
     assert sim.simulated and not model.simulated and not vllm.simulated
-    assert not vllm.our_engine and model.our_engine and sim.our_engine
+    assert vllm.batches is None and model.batches and sim.batches  # vLLM's engine runs its own
     # vLLM's engine runs the two of our schedulers that are its own, and no other.
     assert set(vllm.schedulers) == set(CHUNKED_PREFILL)
 
@@ -94,10 +94,72 @@ def test_a_recorded_executor_reads_by_its_capabilities_and_an_unknown_one_has_no
 
 
 def test_the_record_states_the_layout_that_ran(monkeypatch):
-    from sarathi_lab.harness.environment import simulated_device
-
     monkeypatch.setattr("sarathi_lab.plan.usable_cores", lambda: 4)
-    split = simulated_device(EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2))
+    split = EngineConfig(device="cpu", tensor_parallel=2, pipeline_parallel=2)
+    split = split.kind.record(split, "cpu")
     assert (split["tensor_parallel"], split["pipeline_parallel"]) == (2, 2)
-    whole = simulated_device(EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu"))
+    whole = EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu")
+    whole = whole.kind.record(whole, "cpu")
     assert "tensor_parallel" not in whole and "pipeline_parallel" not in whole  # one device: vLLM splits nothing
+
+
+# What a kind is, read outside the registry: each site decides a step of its own caller (above the
+# registry, so not a step the registry could take) from what the kind needs, or labels a recorded run.
+FLAG = re.compile(r"(kind|executor_class\([^)]*\))\.(simulated|batches|runs_model|samples|engine_label)\b")
+FLAG_READS = {
+    "harness/run_recorder.py": 1,  # runs_model: our attention's interpreted kernels make its times unreliable
+    "harness/runner.py": 2,        # runs_model: our CPU kernels loaded before `running`; a shared engine's parts
+    "llm.py": 2,                   # runs_model: the warm-up and the set-up's parts of our model
+    "config.py": 1,                # simulated: the simulator's own settings, checked together
+    "harness/results.py": 1,       # engine_label: a recorded run of another engine says which
+}
+RECORD_READS = {  # recorded_as: a recorded run's executor labels its numbers (predicted or measured)
+    "harness/results.py": 2, "harness/sweep.py": 1, "analysis/capacity.py": 1, "analysis/capacity_docs.py": 2,
+    "analysis/claims.py": 1, "analysis/publish.py": 1, "analysis/runs.py": 3,
+    "analysis/paper_results/decode_speedup.py": 1, "analysis/paper_results/pd_ratio.py": 1,
+    "measure/sim_check/sim_vs_gpu.py": 1,
+}
+
+
+def _sites(pattern: re.Pattern) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "executors.py" and (n := len(pattern.findall(path.read_text()))):
+            found[path.relative_to(PACKAGE).as_posix()] = n
+    return found
+
+
+def test_callers_ask_the_kind_and_read_what_it_is_only_where_listed():
+    """Built, planned, checked and recorded by the kind (executors.build, kind.plan, kind.record...),
+    not by branches on what it is; a new read must say here why the kind cannot decide it."""
+    assert _sites(FLAG) == FLAG_READS
+    assert _sites(re.compile(r"recorded_as\(")) == RECORD_READS
+
+
+def test_every_kind_names_callables_that_exist():
+    import importlib
+
+    for name in executor_names():
+        kind = executor_class(name)
+        for target in (kind.planner, kind.plan_check, kind.engine, kind.batches, kind.recorder, kind.budgeter):
+            if target is not None:
+                module, _, attributes = target.partition(":")
+                found = importlib.import_module(module)
+                for attribute in attributes.split("."):
+                    found = getattr(found, attribute)
+                assert callable(found), (name, target)
+
+
+def test_the_registry_builds_each_of_our_kinds_and_plans_each_as_it_names():
+    from sarathi_lab import LLM
+    from sarathi_lab.engine.clock import VirtualClock
+    from sarathi_lab.executors import build
+    from sarathi_lab.plan import plan_engine
+
+    sim = build(plan_engine(EngineConfig(executor="sim", sim_device="a100", max_batch_size=2, chunk_size=32)))
+    assert isinstance(sim, LLM) and isinstance(sim.engine.clock, VirtualClock) and sim.plan.device is None
+    assert sim.setup["parts"] == {} and sim.setup["warmup"] is None
+    small = {"device": "cpu", "max_batch_size": 2, "chunk_size": 32, "warmup_iters": 0}
+    model = build(plan_engine(EngineConfig(**small)))
+    assert isinstance(model, LLM) and model.plan.device.type == "cpu" and model.setup["parts"]["model"] == "built"
+    assert model.generate([[1, 2, 3]], 2) == LLM(**small).generate([[1, 2, 3]], 2)

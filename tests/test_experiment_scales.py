@@ -153,3 +153,34 @@ def test_produce_runs_the_dry_scale_from_the_overlays(tmp_path):
     assert args[:2] == ["-m", "experiment=dry/orca_compare"] and args[-1] == "seed=3"
     # Its runs are labelled the quick set's (scale: ci), and so is its folder.
     assert args[2].startswith(f"hydra.sweep.dir={tmp_path.resolve()}/orca_compare/multiruns/ci-dry-")
+
+
+def bless(scale: str) -> list[str]:
+    """Writes GOLDEN[scale] anew for the paper steps whose command line or minutes changed (and drops
+    steps the suite no longer has): ``python tests/test_experiment_scales.py --bless gpu``. Run it
+    only for a change of a GPU grid made on purpose, and say why in its commit."""
+    path = ROOT / "tests" / "data" / "experiment_scales_golden.json"
+    golden = json.loads(path.read_text())
+    steps = {s.name: s for s in plan.steps_of(scale == "own") if s.group == "paper"}
+    changed = []
+    for name, step in steps.items():
+        argv = [f"experiment={step.arg}", *step.overrides]
+        old = golden[scale].get(name)
+        if old and Counter(old["argv"]) == Counter(argv) and old["minutes"] == step.minutes:
+            continue
+        golden[scale][name] = {"argv": argv, "first_job": _resolved(argv), "minutes": step.minutes}
+        changed.append(name)
+    for name in sorted(set(golden[scale]) - set(steps)):
+        del golden[scale][name]
+        changed.append(f"{name} (dropped)")
+    golden[scale] = dict(sorted(golden[scale].items()))
+    path.write_text(json.dumps(golden, indent=1, sort_keys=False) + "\n")
+    return changed
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] != ["--bless"] or len(sys.argv) != 3 or sys.argv[2] not in ("gpu", "own"):
+        sys.exit("usage: python tests/test_experiment_scales.py --bless gpu|own")
+    print("\n".join(bless(sys.argv[2])) or "nothing changed")

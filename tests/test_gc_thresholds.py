@@ -6,14 +6,16 @@ import gc
 
 import pytest
 
-from sarathi_lab.harness.gc_thresholds import SIM_GEN0_THRESHOLD, fewer_collections
+from sarathi_lab.executors import executor_class
+from sarathi_lab.harness.gc_thresholds import fewer_collections
 
 
-@pytest.mark.parametrize("simulated", [True, False])
-def test_thresholds_inside_and_after(simulated):
+@pytest.mark.parametrize("executor", ["sim", "model", "vllm"])
+def test_thresholds_inside_and_after(executor):
     before = gc.get_threshold()
-    with pytest.raises(RuntimeError), fewer_collections(simulated):
+    threshold = executor_class(executor).gc_gen0_threshold
+    with pytest.raises(RuntimeError), fewer_collections(threshold):
         inside = gc.get_threshold()
         raise RuntimeError("a run that failed")
-    assert inside == ((SIM_GEN0_THRESHOLD, *before[1:]) if simulated else before)
+    assert inside == ((50_000, *before[1:]) if executor == "sim" else before)
     assert gc.get_threshold() == before

@@ -8,13 +8,14 @@ import math
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from sarathi_lab import LLM
 from sarathi_lab.engine.clock import VirtualClock
 from sarathi_lab.harness.schema import MeasureCfg
-from sarathi_lab.harness.tasks import measurement, task_names
+from sarathi_lab.harness.tasks import TASKS, measurement, task_names
 from sarathi_lab.harness.workloads import split_length
 
 # Seconds per token of each watched module, per layer; the qkv projection is charged by whole
@@ -131,24 +132,28 @@ def test_reread_counts_the_kv_chunks_re_read_and_what_chunking_costs(llm):
     assert list(overhead.index) == ["attention", "prefill", "end_to_end"]
 
 
-def test_tasks_are_the_modules_of_the_wing_registered_without_importing_them():
-    """The harness knows a task only once the wing registered it (run.py imports the wing), and
-    registering imports no task's module."""
-    code = ("import sys; from sarathi_lab.harness.tasks import task_names; print(','.join(task_names()) or '-'); "
-            "import sarathi_lab.measure.tasks; print(','.join(task_names())); "
-            "print(any(m.startswith('sarathi_lab.measure.tasks.') for m in sys.modules))")
+def test_the_task_table_names_every_module_of_the_wing_and_imports_none_until_used():
+    """The harness knows every task from its table, with nothing imported first (run.py imports no
+    wing); naming one imports no task's module; each entry resolves to a function of its module."""
+    code = ("import sys; from sarathi_lab.harness.tasks import task_names; print(','.join(task_names())); "
+            "print(any(m.startswith('sarathi_lab.measure') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    before, names, imported = out.stdout.split()
-    assert before == "-" and names.split(",") == list(task_names()) and imported == "False"
-    assert {"op_breakdown", "iteration_sweep", "piggyback", "reread"} <= set(task_names())
+    names, imported = out.stdout.split()
+    assert names.split(",") == list(task_names()) and imported == "False"
+    wing = Path(__file__).parents[1] / "sarathi_lab" / "measure" / "tasks"
+    assert sorted(TASKS) == sorted(p.stem for p in wing.glob("*.py") if not p.stem.startswith("_"))
+    for name, target in TASKS.items():
+        assert target == f"sarathi_lab.measure.tasks.{name}:run" and callable(measurement(name))
     with pytest.raises(ValueError, match="task='serve' is not a measurement"):
         measurement("serve")
 
 
-def test_run_py_registers_the_wings_tasks():
-    code = "import sarathi_lab.run; from sarathi_lab.harness.tasks import task_names; print(','.join(task_names()))"
+def test_run_py_finds_the_tasks_without_the_wing():
+    code = ("import sys, sarathi_lab.run; from sarathi_lab.harness.tasks import task_names; "
+            "print(','.join(task_names())); print(any(m.startswith('sarathi_lab.measure') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert out.stdout.split()[-1].split(",") == list(task_names())
+    names, imported = out.stdout.split()[-2:]
+    assert names.split(",") == list(task_names()) and imported == "False"
 
 
 def test_the_op_split_under_a_cuda_graph_comes_from_an_eager_pass_scaled_to_the_replay(llm, monkeypatch):

@@ -1,18 +1,23 @@
 """The comparison of measured GPU runs with their simulated rebuilds, at CI size: tiny runs of every run
 kind the GPU suite measures (pd_ratio, orca_compare and chunk_batch serve; per_token_cost, decode_speedup,
 chunk_overhead and tile_quantization time hand-built batches), measured on this CPU, stand for the
-GPU's (their times are not under test, only that each run is rebuilt from its own command line, batched
+GPU's (their times are not under test, only that each run is rebuilt from its own recorded config, batched
 or built as the real engine did, and every timed iteration paired with its prediction)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
+from sarathi_lab.config import ConfigError
+from sarathi_lab.harness import CONF_DIR, cli_check, scales
+from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.measure.bench import task_tables
-from sarathi_lab.measure.sim_check import sim_vs_gpu
+from sarathi_lab.measure.sim_check import rebuild, sim_vs_gpu
 from sarathi_lab.measure.sim_check import sim_vs_gpu_report as report
 from sarathi_lab.sim.cost_model import CostModel
 
@@ -158,15 +163,78 @@ def test_a_stall_is_an_iteration_far_slower_than_its_kind():
     assert sim_vs_gpu.stalls(iterations).tolist() == [False, False, True, False, False, False, False]
 
 
+def _recorded(run_dir, resolved, overrides=()):
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.json").write_text(json.dumps({
+        "summary": {}, "config": {}, "environment": {}, "resolved_config": resolved, "overrides": list(overrides)}))
+    return run_dir
+
+
 def test_the_rebuild_keeps_the_runs_keys_and_sets_its_own(tmp_path):
-    run = tmp_path / "job"
-    run.mkdir()
     given = ["chunk=256", "executor=model", "logger=wandb", "on_existing=skip", "engine.sim_cost_model=profile",
              "hydra.sweep.dir=x", "device=cuda", "+seed=3", "~logger", "measure.chunk_align=tile"]
-    (run / "metrics.json").write_text(json.dumps({"summary": {}, "config": {}, "environment": {}, "resolved_config": {},
-                                                  "overrides": given}))
+    run = _recorded(tmp_path / "job", {}, given)
     # A decode_speedup run recorded before its alignment was the scheduler's key is rebuilt under that key.
-    assert sim_vs_gpu.overrides_of(run) == ["chunk=256", "device=cuda", "+seed=3", "scheduler.chunk_align=tile"]
+    assert rebuild.overrides_of(run) == ["chunk=256", "device=cuda", "+seed=3", "scheduler.chunk_align=tile"]
+
+
+def _resolved(*overrides) -> dict:
+    return OmegaConf.to_container(compose_config(["model=tiny", *overrides]), resolve=True)
+
+
+def test_a_recorded_key_renamed_since_is_rebuilt_under_todays_name(tmp_path):
+    def rebuilt(name, scheduler, **measure):
+        resolved = _resolved(f"scheduler={scheduler}")
+        resolved["scheduler"].pop("chunk_align", None)  # as recorded before the key was the scheduler's
+        resolved["measure"] |= measure
+        return OmegaConf.select(rebuild.recorded_config(_recorded(tmp_path / name, resolved)), "scheduler")
+
+    assert rebuilt("moved", "sarathi", chunk_align="tile").chunk_align == "tile"
+    # Recorded before any chunk_align: sarathi aligned nothing then, whatever today's default.
+    assert rebuilt("before", "sarathi").chunk_align == "none"
+    # A scheduler without the knob ran without it.
+    assert "chunk_align" not in rebuilt("orca", "orca", chunk_align="none")
+
+
+def test_a_recorded_key_gone_since_or_a_value_no_longer_allowed_is_refused_in_one_line(tmp_path):
+    gone = _resolved()
+    gone["engine"]["spill_to_disk"] = True
+    run = _recorded(tmp_path / "gone", gone)
+    with pytest.raises(ConfigError) as e:
+        rebuild.recorded_config(run)
+    assert str(e.value).startswith(f"{run} cannot be rebuilt from its recorded config: engine.spill_to_disk=True "
+                                   "is invalid") and "\n" not in str(e.value)
+    refused = _resolved()
+    refused["engine"]["attention"] = "flash_v0"
+    run = _recorded(tmp_path / "refused", refused)
+    with pytest.raises(ConfigError, match=f"^{run} cannot be rebuilt .*engine.attention='flash_v0' is invalid"):
+        rebuild.recorded_config(run)
+
+
+@pytest.mark.e2e
+def test_a_run_is_rebuilt_as_it_ran_whatever_its_experiment_says_today(tmp_path, monkeypatch):
+    """A default changed since the run (here orca_compare's KV cache, set to hold one request) changes
+    neither the rebuilt config nor its batches: the rebuild runs the config the run recorded."""
+    runs, command = tmp_path / "runs", ["experiment=orca_compare", *scales.overrides("orca_compare", "dry")]
+    job = runs / "orca_compare" / "multiruns" / "t" / "0_tiny"
+    run_in_process(command, job)
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    experiment = conf / "experiment" / "orca_compare.yaml"
+    experiment.write_text(experiment.read_text().replace("engine:\n", "engine:\n  num_kv_blocks: 4\n", 1))
+    monkeypatch.setattr(cli_check, "CONF_DIR", conf)
+    assert compose_config(command).engine.num_kv_blocks == 4  # today's experiment differs
+    table = sim_vs_gpu.compare(runs, tmp_path / "work", "cpu", cost_models=("roofline",),
+                               progress=lambda _: None).table
+    assert len(table) == 1 and table.identical_batches.all()
+    def kept(resolved):  # less what the rebuild sets itself
+        engine = {k: v for k, v in resolved["engine"].items() if k != "executor" and not k.startswith("sim_")}
+        return {k: v for k, v in resolved.items() if k not in ("logger", "on_existing")} | {"engine": engine}
+
+    ran = json.loads((job / "metrics.json").read_text())["resolved_config"]
+    rebuilt = json.loads((tmp_path / "work" / "roofline" / job.relative_to(runs) / "metrics.json").read_text())
+    assert rebuilt["resolved_config"]["engine"]["executor"] == "sim"
+    assert kept(rebuilt["resolved_config"]) == kept(ran)
 
 
 def test_no_runs_root_one_without_comparable_runs_or_no_lease_is_refused(tmp_path, measured, capsys):
@@ -186,6 +254,23 @@ def test_no_runs_root_one_without_comparable_runs_or_no_lease_is_refused(tmp_pat
     assert refused(["--runs", str(measured), "--lease", "9e2ae41"]).startswith("error: --lease '9e2ae41' is invalid")
     assert "'roofline,exact' is invalid: must be a comma list of roofline, profile, calibrated" in refused(
         ["--runs", str(measured), "--out", str(tmp_path), "--cost-model", "roofline,exact"])
+
+
+def test_a_run_that_cannot_be_rebuilt_is_refused_in_one_line_before_any_is_simulated(tmp_path, measured, capsys):
+    source = next(measured.glob("pd_ratio/multiruns/smoke/*/metrics.json")).parent
+    runs = tmp_path / "runs"
+    run = shutil.copytree(source, runs / "pd_ratio" / "multiruns" / "smoke" / source.name)
+    record = json.loads((run / "metrics.json").read_text())
+    record["resolved_config"]["workload"]["burst"] = 3  # a key this code does not know
+    (run / "metrics.json").write_text(json.dumps(record))
+    with pytest.raises(SystemExit) as e:
+        sim_vs_gpu.main(["--runs", str(runs), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
+                         "--cost-model", "roofline"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {run} cannot be rebuilt from its recorded config: "
+                                               "workload.burst=3 is invalid")
+    assert not (tmp_path / "work").exists()
 
 
 @pytest.mark.e2e

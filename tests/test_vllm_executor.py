@@ -84,12 +84,12 @@ def test_a_vllm_run_says_so_in_its_source():
 def test_a_sweep_of_both_engines_notes_them_as_engines_and_the_record_names_vllm():
     import pandas as pd
 
-    from sarathi_lab.harness.environment import simulated_device
     from sarathi_lab.harness.sweep import table_notes
 
     notes = table_notes(pd.DataFrame({"source": ["measured CPU", "measured CPU, vLLM 0.32.0"]}))
     assert len(notes) == 1 and "different engines" in notes[0] and "predicted" not in notes[0]
-    record = simulated_device(EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu"))
+    engine = EngineConfig(executor="vllm", scheduler="sarathi_serve", device="cpu")
+    record = engine.kind.record(engine, "cpu")
     assert record["executor"] == "vllm" and not record["simulated"] and "vllm_version" in record
     assert record["vllm_version"] == vllm_args.vllm_version()
 

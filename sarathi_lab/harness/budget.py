@@ -35,26 +35,46 @@ def fullest_iteration_s(cost_model, budget: int, batch_size: int, context: int) 
                                        decodes=[context] * batch_size)
 
 
+@dataclass(frozen=True)
+class BudgetSource:
+    """Whose cost model sizes ``token_budget=auto``, as the executor's kind names it."""
+    device: str | None  # None: no device here has a cost model for this engine
+    kind: str | None
+    # The dtype of this CPU's measured ceilings its roofline reads; None: it reads none.
+    ceilings_dtype: str | None = None
+    # A measured engine's budget is the simulator's model of it: refusals name its settings as
+    # written; a simulated engine's are the user's keys, named as the run names them.
+    keys_as_written: bool = True
+
+
+def simulated_budget(engine: EngineConfig) -> BudgetSource:
+    """The simulator's own device and cost model."""
+    return BudgetSource(engine.sim_device, engine.sim_cost_model, keys_as_written=False)
+
+
+def measured_budget(engine: EngineConfig) -> BudgetSource:
+    """A real engine's: the CPU's profile of its model, else the CPU's roofline; a GPU has none."""
+    from sarathi_lab.sim.profiles import profile_path
+
+    if resolve_device(engine.device) != "cpu":
+        return BudgetSource(None, None)
+    dtype = None if profile_path("cpu", engine.model).is_file() else engine.dtype
+    return BudgetSource("cpu", "roofline" if dtype else "profile", dtype)
+
+
 def cpu_ceilings_dtype(engine: EngineConfig) -> str | None:
     """The dtype of this CPU's measured ceilings whose roofline sizes ``engine``'s budget (a real
     engine on the CPU, no profile of its model measured); None: it reads none."""
-    from sarathi_lab.sim.profiles import profile_path
-
-    if engine.kind.simulated or resolve_device(engine.device) != "cpu":
-        return None
-    return None if profile_path("cpu", engine.model).is_file() else engine.dtype
+    return engine.kind.budget_source(engine).ceilings_dtype
 
 
 def budget_cost_model(engine: EngineConfig):
     """(cost model, description): the simulator's own, or the CPU's profile, else its roofline."""
     from sarathi_lab.sim import CostModel
 
-    if engine.kind.simulated:
-        device, kind = engine.sim_device, engine.sim_cost_model
-    elif resolve_device(engine.device) == "cpu":
-        device = "cpu"
-        kind = "roofline" if cpu_ceilings_dtype(engine) else "profile"
-    else:
+    source = engine.kind.budget_source(engine)
+    device, kind = source.device, source.kind
+    if device is None:
         raise ConfigError(f"token_budget=auto is invalid with device={engine.device} and "
                           "executor=model: only the CPU has measured ceilings here; use "
                           "executor=sim engine.sim_device=<the GPU>")
@@ -62,8 +82,7 @@ def budget_cost_model(engine: EngineConfig):
 
     described = f"{kind} {device}" + (f" x{tp} (tensor parallel)" if tp > 1 else "") + \
         (f" x{pp} (pipeline stages)" if pp > 1 else "")
-    # The simulator's settings are the user's keys: its refusals name the settings as they are.
-    with contextlib.nullcontext() if engine.kind.simulated else named_as(AS_WRITTEN):
+    with named_as(AS_WRITTEN) if source.keys_as_written else contextlib.nullcontext():
         model = CostModel.for_device(device, engine.model, kind, engine.dtype, tp=tp, pp=pp)
         return model, described
 

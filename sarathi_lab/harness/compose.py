@@ -1,6 +1,7 @@
 """The CLI's config composition and run, callable in-process (notebooks, tests):
-``run_in_process(["experiment=smoke"], Path("outputs/nb/0"))``, or a sweep in a process of its own
-(``run_as_command(["-m", "experiment=smoke"])``)."""
+``run_in_process(["experiment=smoke"], Path("outputs/nb/0"))``, a config composed elsewhere
+(``run_composed``: a run rebuilt from the config another recorded), or a sweep in a process of its
+own (``run_as_command(["-m", "experiment=smoke"])``)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from sarathi_lab.harness import REPO_ROOT
 from sarathi_lab.harness.cli_check import compose_config
@@ -17,12 +18,17 @@ from sarathi_lab.harness.results import Status, write_status
 from sarathi_lab.harness.runner import RunContext, record_failure, run_experiment
 from sarathi_lab.harness.schema import parse_config
 
-__all__ = ["compose_config", "run_as_command", "run_in_process"]
+__all__ = ["compose_config", "run_as_command", "run_composed", "run_in_process"]
 
 
 def run_in_process(overrides: list[str], output_dir: Path, group: str | None = None) -> Status:
     """One run as `python -m sarathi_lab.run *overrides` would do it, into output_dir."""
-    cfg = compose_config(overrides)
+    return run_composed(compose_config(overrides), overrides, output_dir, group)
+
+
+def run_composed(cfg: DictConfig, overrides: list[str], output_dir: Path,
+                 group: str | None = None) -> Status:
+    """One run of ``cfg`` into output_dir, recording ``overrides`` as its command line."""
     run_cfg = parse_config(cfg)
     ctx = RunContext(output_dir=output_dir, overrides=list(overrides), group=group)
     try:

@@ -25,7 +25,7 @@ def device_name(device: torch.device | str = "cpu") -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
-def collect_environment(engine: EngineConfig, device: torch.device | str,
+def collect_environment(engine: EngineConfig, device: torch.device | str | None,
                         dtype: torch.dtype | SimulatedDtype, cpu_gemm: str | None,
                         load: dict[str, Any],
                         cuda_graphs: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -35,10 +35,8 @@ def collect_environment(engine: EngineConfig, device: torch.device | str,
     version = code_commit._installed()[0]
     torch = sys.modules.get("torch")  # a simulated run loads none: no threads of it ran
     return {
-        **simulated_device(engine),
-        # Where it ran: the device measured, or the host that ran the simulation.
-        **({"host_device": str(device)} if engine.kind.simulated
-           else {"device": str(device), "device_name": device_name(device)}),
+        # Where it ran: the device measured, or the simulated one and the host that ran it.
+        **engine.kind.record(engine, device),
         # The dtype that ran, which the engine may have changed (bf16 on a CPU without bf16 units).
         "dtype": str(dtype).removeprefix("torch."),
         "cpu_gemm": cpu_gemm,
@@ -74,15 +72,24 @@ def engine_kind(environments: list[dict]) -> str | None:
     return " and ".join(sorted(kinds)) + (" (runs differ)" if len(kinds) > 1 else "")
 
 
-def simulated_device(engine: EngineConfig) -> dict[str, Any]:
-    if not engine.kind.simulated:
-        # The ranks and stages the model was split across, recorded where there were several.
-        ranks = {key: getattr(engine, key) for key in ("tensor_parallel", "pipeline_parallel")
-                 if getattr(engine, key) > 1}
-        # vLLM's engine: another engine's numbers, its version and what its iterations lack.
-        foreign = ({} if engine.kind.our_engine
-                   else {"vllm_version": vllm_version(), "iterations_note": UNAVAILABLE})
-        return {"executor": engine.executor, "simulated": False, **foreign, **ranks}
+def measured_record(engine: EngineConfig, device: torch.device | str,
+                    **foreign: Any) -> dict[str, Any]:
+    """Our model's executor: the device it ran on, with the ranks and stages the model was split
+    across, recorded where there were several."""
+    ranks = {key: getattr(engine, key) for key in ("tensor_parallel", "pipeline_parallel")
+             if getattr(engine, key) > 1}
+    return {"executor": engine.executor, "simulated": False, **foreign, **ranks,
+            "device": str(device), "device_name": device_name(device)}
+
+
+def vllm_record(engine: EngineConfig, device: torch.device | str) -> dict[str, Any]:
+    """vLLM's engine: another engine's numbers, its version and what its iterations lack."""
+    return measured_record(engine, device, vllm_version=vllm_version(), iterations_note=UNAVAILABLE)
+
+
+def simulated_record(engine: EngineConfig, device: torch.device | str | None) -> dict[str, Any]:
+    """The simulated device, and the host that ran the simulation (on its CPU, whatever device the
+    engine's config names)."""
     gpus = f"{engine.sim_tp * engine.sim_pp}x " if engine.sim_tp * engine.sim_pp > 1 else ""
     # Pipeline stages recorded where there are several (a record without the key had one).
     stages = {"sim_pp": engine.sim_pp} if engine.sim_pp > 1 else {}
@@ -91,5 +98,5 @@ def simulated_device(engine: EngineConfig) -> dict[str, Any]:
             f"({engine.sim_cost_model} cost model{layout})")
     return {"executor": "sim", "simulated": True, "device": f"sim:{engine.sim_device}",
             "device_name": name, "sim_device": engine.sim_device,
-            "sim_cost_model": engine.sim_cost_model, "sim_tp": engine.sim_tp, **stages}
-
+            "sim_cost_model": engine.sim_cost_model, "sim_tp": engine.sim_tp, **stages,
+            "host_device": "cpu"}

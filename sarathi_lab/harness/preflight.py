@@ -9,7 +9,6 @@ from sarathi_lab.config import ConfigError, EngineConfig, Keys, named_as
 from sarathi_lab.harness.budget import auto_budget
 from sarathi_lab.harness.schema import RunConfig
 from sarathi_lab.harness.tasks import check_task, kv_blocks, kv_requests
-from sarathi_lab.harness.vllm_args import check_vllm
 from sarathi_lab.harness.workloads import Workload, build_workload
 from sarathi_lab.plan import (
     EnginePlan,
@@ -59,8 +58,7 @@ def _fitted(cfg: RunConfig, workload: Workload, limits: ModelLimits, engine: Eng
         # The SLO set the budget that does not fit.
         raise ConfigError(f"{e.template}; a lower slo.tbt_p99_s, or token_budget=null and a chunk "
                           "that fits, leaves room", e.setting) from None
-    if not engine.kind.our_engine:
-        check_vllm(plan)
+    engine.kind.check_plan(plan)
     blocks, setting, sized = plan.num_kv_blocks, kv_size_setting(engine), kv_size_note(engine)
     scheduler = build_scheduler(plan)
     if scheduler.refusal(workload.max_request_len) is not None:
@@ -90,7 +88,7 @@ def _token_budget(cfg: RunConfig, workload: Workload,
              "iteration, within slo.tbt_p99_s=%g)%s", budget.tokens, budget.cost_model,
              budget.predicted_s, cfg.slo.tbt_p99_s,
              "; capped: the SLO does not bind" if budget.capped else "")
-    stages = cfg.engine.sim_pp if cfg.engine.kind.simulated else cfg.engine.pipeline_parallel
+    stages = cfg.engine.kind.stages(cfg.engine)
     if stages > 1:
         # The SLO bounds a micro-batch's passage, not how evenly those in flight share the work: one
         # may take a burst of prompts while the next holds decodes.

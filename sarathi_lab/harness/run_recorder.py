@@ -46,9 +46,7 @@ class RunRecorder:
              config: dict[str, Any] | None = None) -> dict[str, Any]:
         directory.mkdir(parents=True, exist_ok=True)
         llm = self.llm
-        # A simulation runs on the host's CPU, whatever device the engine's config names.
-        device = "cpu" if llm.config.kind.simulated else llm.device
-        environment = collect_environment(llm.config, device, llm.dtype, llm.cpu_gemm,
+        environment = collect_environment(llm.config, llm.device, llm.dtype, llm.cpu_gemm,
                                           self._machine(), llm.cuda_graphs)
         # Our engine's: the parts it built or took from the sweep's earlier job, the seconds its
         # set-up took, the warm-up it ran and discarded (none of it in the measured records).
@@ -85,10 +83,7 @@ class RunRecorder:
         log.warning("interrupted: partial records saved in %s as *.partial.*", self.run_dir)
 
     def _machine(self) -> dict[str, Any]:
-        machine = load.assess(self.before, load.snapshot())
-        if self.cfg.engine.kind.simulated:
-            # Virtual-clock times do not depend on the machine's load.
-            machine |= {"timing_unreliable": False, "timing_note": None}
+        machine = load.assess(self.before, load.snapshot()) | self.cfg.engine.kind.load_record
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
         if self.cfg.engine.kind.runs_model:
@@ -103,7 +98,7 @@ class RunRecorder:
 def wandb_name(cfg: RunConfig, directory: Path, name: str, group: str,
                resolved_config: dict[str, Any]) -> WandbName:
     tags = [*cfg.tags, cfg.name, cfg.task, cfg.scheduler.name, cfg.model.name,
-            *(["simulated"] if cfg.engine.kind.simulated else [])]
+            *cfg.engine.kind.tags]
     return WandbName(run_dir=directory, name=name, group=group, job_type=cfg.name,
                      tags=list(dict.fromkeys(tags)), config=resolved_config)
 

@@ -16,6 +16,7 @@ from sarathi_kernels import cpu_build
 from sarathi_lab import LLM, ConfigError, SamplingParams
 from sarathi_lab.config import named_as
 from sarathi_lab.env_flags import EnvFlagError, env_flag
+from sarathi_lab.executors import build
 from sarathi_lab.harness.preflight import Checked, preflight
 from sarathi_lab.harness.progress import Progress
 from sarathi_lab.harness.results import (
@@ -32,7 +33,6 @@ from sarathi_lab.harness.results import (
 from sarathi_lab.harness.run_recorder import RunRecorder, engine_tables, wandb_name
 from sarathi_lab.harness.schema import RunConfig, WorkloadCfg
 from sarathi_lab.harness.tasks import TaskContext, measurement, takes_context
-from sarathi_lab.harness.vllm_args import UNAVAILABLE
 from sarathi_lab.harness.wandb_logger import WandbSession
 from sarathi_lab.harness.workloads import Workload, resolve_trace_path
 from sarathi_lab.model import ModelLoadError
@@ -144,16 +144,9 @@ def _open_run_dir(ctx: RunContext, finished: bool, plan: EnginePlan) -> None:
 
 
 def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
-    shared = shared_engine(cfg)
-    if not cfg.engine.kind.our_engine:
-        # Imported here: it loads the model code, of no use to a simulated run.
-        from sarathi_lab.harness.vllm_engine import VllmLLM
-
-        llm = VllmLLM(checked.plan)
-        log.info("%s", UNAVAILABLE)
-        return llm
-    llm = LLM.from_plan(checked.plan, shared)
-    _warn_on_kv_limits(llm, checked.workload, cfg)
+    llm = build(checked.plan, shared_engine(cfg))
+    if isinstance(llm, LLM):  # our scheduler's reserves; vLLM's engine says what it records
+        _warn_on_kv_limits(llm, checked.workload, cfg)
     return llm
 
 
@@ -163,14 +156,13 @@ def shared_engine(cfg: RunConfig) -> SharedEngine | None:
     its plan counted their memory as free. None also for a simulated run: it builds no model."""
     from sarathi_lab.model.shared_engine import SHARED
 
-    kind = cfg.engine.kind
-    if not kind.runs_model:
+    if not cfg.engine.kind.runs_model:
         return None
     try:
         share = env_flag(SHARE_ENGINE_ENV, default=True)
     except EnvFlagError as e:
         raise ConfigError(str(e)) from None
-    if share and kind.our_engine and cfg.engine.world_size == 1:
+    if share and cfg.engine.world_size == 1:
         return SHARED
     SHARED.release()
     return None

@@ -212,7 +212,7 @@ class RunConfig:
     scale: Literal["full", "ci"] = "full"
     tags: list[str] = field(default_factory=list)
     on_existing: Literal["refuse", "skip", "overwrite"] = "refuse"
-    task: str = "serve"  # or a measurement the wing registered (harness/tasks.py)
+    task: str = "serve"  # or a measurement of harness/tasks.py's table
     measure: MeasureCfg = field(default_factory=MeasureCfg)
     slo: SLOCfg = field(default_factory=SLOCfg)
     capacity: CapacityCfg = field(default_factory=CapacityCfg)

@@ -1,7 +1,9 @@
-"""The measurements a run can be besides serving (``task=NAME``), registered by the wing: a module
-with ``run(cfg, llm)`` -> (summary, tables), optionally TAKES_CONTEXT, kv_requests, check."""
+"""The measurements a run can be besides serving (``task=NAME``), named in one table: each a module
+of the measurement wing with ``run(cfg, llm)`` -> (summary, tables), optionally TAKES_CONTEXT,
+kv_requests, check."""
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,27 +16,33 @@ if TYPE_CHECKING:
     import pandas as pd
 
 Measurement = Callable[..., "tuple[dict[str, float], dict[str, pd.DataFrame]]"]
-# name -> the task's module, imported only when the task is used (a task may load torch).
-_REGISTERED: dict[str, Callable[[], ModuleType]] = {}
-
-
-def register(name: str, load: Callable[[], ModuleType]) -> None:
-    _REGISTERED[name] = load
+# name -> "module:function" that measures it; the module is imported only when its task is used (a
+# task may load torch), and holds the task's optional hooks beside the function. The names are the
+# wing's, above the harness: named here as data, so that no import's side effect registers them.
+TASKS: dict[str, str] = {
+    "capacity": "sarathi_lab.measure.tasks.capacity:run",
+    "iteration_sweep": "sarathi_lab.measure.tasks.iteration_sweep:run",
+    "op_breakdown": "sarathi_lab.measure.tasks.op_breakdown:run",
+    "piggyback": "sarathi_lab.measure.tasks.piggyback:run",
+    "pipeline_bubbles": "sarathi_lab.measure.tasks.pipeline_bubbles:run",
+    "profile": "sarathi_lab.measure.tasks.profile:run",
+    "reread": "sarathi_lab.measure.tasks.reread:run",
+}
 
 
 def task_names() -> tuple[str, ...]:
     """The `task` values besides serve."""
-    return tuple(sorted(_REGISTERED))
+    return tuple(sorted(TASKS))
 
 
 def _module(task: str) -> ModuleType:
-    if task not in _REGISTERED:
+    if task not in TASKS:
         raise ValueError(f"task={task!r} is not a measurement; allowed: {', '.join(task_names())}")
-    return _REGISTERED[task]()
+    return importlib.import_module(TASKS[task].partition(":")[0])
 
 
 def measurement(task: str) -> Measurement:
-    return _module(task).run
+    return getattr(_module(task), TASKS[task].partition(":")[2])
 
 
 def takes_context(task: str) -> bool:

@@ -22,7 +22,7 @@ from sarathi_lab.engine.client import serve
 from sarathi_lab.engine.metrics import IterationRecord, Metrics, RequestRecord
 from sarathi_lab.engine.sequence import SamplingParams
 from sarathi_lab.engine.sequence import Sequence as Request
-from sarathi_lab.harness.vllm_args import VllmArgs, vllm_args, vllm_version
+from sarathi_lab.harness.vllm_args import UNAVAILABLE, VllmArgs, vllm_args, vllm_version
 from sarathi_lab.harness.vllm_threads import torch_threads_kept
 from sarathi_lab.model import PRESETS, build_model
 from sarathi_lab.model.checkpoint import save_checkpoint
@@ -123,6 +123,13 @@ class VllmLLM:
         self._call = _Call([], 0)
         # A run that failed before close() shuts the engine down when collected all the same.
         self._shutdown = weakref.finalize(self, _shutdown, self.core, self._weights)
+
+    @classmethod
+    def from_plan(cls, plan: EnginePlan, shared: None = None) -> VllmLLM:
+        """The registry's build (``shared``: none, our engine's parts are no use to vLLM's)."""
+        llm = cls(plan)
+        log.info("%s", UNAVAILABLE)
+        return llm
 
     def close(self) -> None:
         """A sweep's next job runs in this process: no idle engine keeps its memory. Idempotent."""

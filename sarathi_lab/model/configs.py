@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sarathi_lab.config import SETTING, ConfigError
-from sarathi_lab.executors import executor_class, executors_with
+from sarathi_lab.executors import stand_in_refusal
 from sarathi_lab.model.presets import SIMULATED_ONLY, SPECS
 
 if TYPE_CHECKING:
@@ -28,11 +28,8 @@ def eos_token_of(config: ModelConfig) -> int | None:
 
 def check_buildable(model: str, executor: str) -> None:
     """A simulator-only preset refused off the simulator: its stand-in is not the model."""
-    if model in SIMULATED_ONLY and not executor_class(executor).simulated:
-        simulators = ", ".join(executors_with("simulated"))
-        raise ModelLoadError(f"{SETTING.set('model', model)} is invalid with "
-                             f"{SETTING.set('executor', executor)}: {SIMULATED_ONLY[model]}; "
-                             f"allowed: {SETTING('executor')}={simulators}")
+    if (why := stand_in_refusal(executor, model, SIMULATED_ONLY.get(model))) is not None:
+        raise ModelLoadError(why)
 
 
 def load_config(model: str) -> ModelConfig:

@@ -156,7 +156,7 @@ RESULT = PaperResult(
     reading=("**Fig. 9/11b, P:D.** End-to-end throughput over the baseline peaks where one chunk "
              "and B - 1 decodes fill every iteration, P:D = C / (B - 1) (dashed); the paper's "
              "peaks as stars."),
-    gpu=GpuRun(minutes=gpu_minutes(startup_s=21, job_s=sum(PAIR_S.values()) / 6, jobs=36), order=30,
+    gpu=GpuRun(minutes=gpu_minutes(startup_s=21, job_s=sum(PAIR_S.values()) / 6, jobs=18), order=30,
                unscaled=Unscaled(minutes=gpu_minutes(startup_s=21, job_s=GRID_S / 16,
                                                      jobs=288))),
 )

@@ -91,14 +91,12 @@ def figure(results, simulated=None):
     return fig
 
 
-# One GPU step a seed and rate, seed 0 first: minutes = 1.3 x (the calibrated H100 simulator's
-# serving seconds of its five jobs (docs/sim/predictions_h100_1b71ba5.csv) + a second a job
-# outside its serving + 10 s interpreter + 8 s to build and capture, once: the sweep's jobs share
-# one engine).
-GPU_PARTS = tuple(GpuPart(f"seed{seed}-qps{qps}", gpu_minutes(startup_s=18, job_s=1 + serving_s / 5,
-                                                              jobs=5))
-                  for seed, qps, serving_s in ((0, 2, 97), (0, 4, 54), (1, 2, 84), (1, 4, 50),
-                                               (2, 2, 182), (2, 4, 175)))
+# One GPU step, its 18 jobs (3 seeds x 2 rates x the claim's 3 schedulers) in one process: minutes
+# = 1.3 x (the calibrated H100 simulator's serving seconds of vllm's, orca's and sarathi_serve's
+# jobs at each seed and rate (docs/sim/predictions_h100_1b71ba5.csv) + a second a job outside its
+# serving + 10 s interpreter + 8 s to build and capture, once: the sweep's jobs share one engine).
+GPU_SERVING_S = {(0, 2): 57, (0, 4): 31, (1, 2): 50, (1, 4): 29, (2, 2): 98, (2, 4): 93}
+GPU_MINUTES = gpu_minutes(startup_s=18, job_s=1 + sum(GPU_SERVING_S.values()) / 18, jobs=18)
 # Unscaled, a step a seed: from gpu.predict's serving seconds of each step's 15 runs.
 UNSCALED_PARTS = tuple(GpuPart(f"seed{seed}",
                                gpu_minutes(startup_s=10, job_s=8 + serving_s / 15, jobs=15))
@@ -114,7 +112,7 @@ RESULT = PaperResult(
         "the roofline's cheaper decode iterations leave the stalls just outside the slowest 1% of "
         "token gaps (a decode-only gap of 12 ms), the calibrated model's slower ones just inside "
         "(103 ms); at 2-4 req/s both see the stalls")},
-    gpu=GpuRun(minutes=sum(p.minutes for p in GPU_PARTS), order=70, parts=GPU_PARTS,
+    gpu=GpuRun(minutes=GPU_MINUTES, order=70,
                unscaled=Unscaled(minutes=sum(p.minutes for p in UNSCALED_PARTS),
                                  parts=UNSCALED_PARTS)),
 )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.paper_result import GpuPart
 from sarathi_lab.harness import scales
+from sarathi_lab.measure.gpu import budget
 from sarathi_lab.measure.profiling.attention_grid import GRIDS
 from sarathi_lab.measure.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
 
@@ -83,18 +84,23 @@ HEAD: tuple[Step, ...] = (
 
 
 def _parts_lines(steps: list[Step], parts: dict[str, Estimate]) -> list[str]:
-    """The paper steps' minutes together, and the largest share any spends setting up."""
+    """The paper steps' minutes together, and the targets: SARATHI's claim steps in one lease, the
+    whole queue in two, set-up under a tenth of each paper step (budget.py)."""
     papers = [s for s in steps if s.group == "paper"]
     if not papers:
         return []
-    share = {s.name: e.setup_s / e.seconds for s in papers
-             if (e := parts.get(s.name)) is not None and e.seconds}
-    worst = max(share, key=share.get, default=None)
     measured = sum(1 for s in papers if s.name in parts and parts[s.name].source != "planned")
-    return [f"paper steps: {sum(s.minutes for s in papers):.1f} min ({measured} of {len(papers)} "
-            "from measured parts: set-up once a step, then its grid's jobs at their measured "
-            "seconds, graphs once a set; the others planned)"
-            + (f"; set-up at most {share[worst]:.0%} of a step ({worst})" if worst else "")]
+    lines = [f"paper steps: {sum(s.minutes for s in papers):.1f} min ({measured} of {len(papers)} "
+             + "from measured parts: set-up once a step, then its grid's jobs at their measured "
+             "seconds, graphs once a set; the others planned)"]
+    whole = {s.name for s in steps} >= set(BY_NAME)
+    fits = budget.fits(steps) if whole else budget.fits(steps)[:1]
+    over = budget.setup_over(steps, parts)
+    lines += [f"  {fit.line()}" for fit in fits if fit.minutes]
+    lines.append(f"  set-up under {budget.SETUP_SHARE_MAX:.0%} of each paper step: "
+                 + ("every one" if not over else f"{len(over)} of {len(papers)} over ("
+                    + ", ".join(f"{name} {share:.0%}" for name, share in over.items()) + ")"))
+    return lines
 
 
 def _paper_step(name: str, scale: str, part: GpuPart) -> Step:
@@ -180,13 +186,13 @@ def format_plan(steps: list[Step], budget_min: float | None,
     """``parts``: each paper step's expected seconds in parts (queue.measured), shown apart."""
     w = max([28, *(len(s.name) + 1 for s in steps)])
     shown = parts is not None
-    lines = [f"{'step':{w}} {'min':>5}  " + (f"{'set-up':>6} {'jobs':>13} {'graphs':>6}  "
-                                              if shown else "") + "what"]
+    lines = [f"{'step':{w}} {'min':>5}  " + (f"{'set-up':>6} {'jobs':>13} {'graphs':>6} "
+                                              f"{'share':>5}  " if shown else "") + "what"]
     for s in steps:
         e = (parts or {}).get(s.name)
         split = "" if not shown else (
-            f"{e.setup_s:5.0f}s {f'{e.jobs} x {e.job_s:.1f}s':>13} {e.capture_s:5.0f}s  " if e
-            else " " * 29)
+            f"{e.setup_s:5.0f}s {f'{e.jobs} x {e.job_s:.1f}s':>13} {e.capture_s:5.0f}s "
+            f"{budget.setup_share(e):5.0%}  " if e else " " * 35)
         lines.append(f"{s.name:{w}} {s.minutes:5.1f}  {split}{s.what}")
     total = sum(s.minutes for s in steps)
     lines.append(f"{'total':{w}} {total:5.1f}  expected (1.3 x the longer of the H200's and "

@@ -53,19 +53,16 @@ QUEUE: tuple[Call, ...] = (
          "Fig. 9/11b: the gain's peak at P:D = C/(B-1), >= "
          "10%; fixed and tile-aligned chunks, three seeds",
          "docs/sim/predictions_h100_calibrated.md"),
-    Call(("paper.capacity.strict", "paper.scheduler_latency.seed0"),
+    Call(("paper.capacity.strict", "paper.scheduler_latency"),
          "Sarathi-Serve: capacity under the strict P99 TBT SLO (sarathi_serve / vllm, predicted "
-         "2.83x); P99 TBT and median TTFT per scheduler, seed 0 (within 15% of the prediction)",
+         "2.83x); P99 TBT and median TTFT of sarathi_serve, vllm and orca at two rates, three "
+         "seeds (within 15% of the prediction; the seeds' spread)",
          "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("profile.llama-13b", "profile.mistral-7b"),
          "the simulator's tables of the graph-replayed engine, and the calibration fitted from "
          "them (python -m sarathi_lab.measure calibration): per-iteration median "
          "error <= 10% per iteration kind (measure sim_vs_gpu)",
          "measure sim_vs_gpu (the profile's own predictions)"),
-    Call(("paper.capacity.relaxed", "paper.scheduler_latency.seed1",
-          "paper.scheduler_latency.seed2"),
-         "capacity under the relaxed SLO; P99 TBT over three seeds (its spread)",
-         "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("paper.chunk_batch",),
          "Fig. 13c: a batch's end-to-end gain over the baseline by chunk at the paper's 1K setup "
          "(B = 18, P:D 15), decodes riding: chunk 64 about the baseline, 128 up to 1.16x, 256 "

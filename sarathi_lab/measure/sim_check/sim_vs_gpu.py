@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
+from omegaconf import DictConfig
 
 from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import claims, derive
@@ -25,10 +26,11 @@ from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness import scales
 from sarathi_lab.harness.compose import run_in_process
 from sarathi_lab.harness.environment import engine_kind
-from sarathi_lab.harness.results import METRICS, natural_order, override_key, read_record
+from sarathi_lab.harness.results import METRICS, natural_order, read_record
 from sarathi_lab.measure.bench.args import bench_parser, names_of
 from sarathi_lab.measure.bench.task_tables import TABLES, paired
 from sarathi_lab.measure.profiling import cpu_ceilings
+from sarathi_lab.measure.sim_check import rebuild
 from sarathi_lab.measure.sim_check import sim_vs_gpu_report as report
 from sarathi_lab.measure.sim_check.point_table import (
     COST_MODEL,
@@ -53,10 +55,6 @@ from sarathi_lab.sim.profiles import profile_path
 
 SERVE = "serve"
 LATENCIES = (*SERVED[:3], "tpot_p50_s", "tpot_p99_s", *SERVED[3:])
-# Command-line keys a simulated rebuild sets itself (or must not inherit).
-_NOT_CARRIED = {"executor", "engine.sim_device", "engine.sim_cost_model", "logger", "on_existing"}
-# Keys a recorded run may hold under their old name: rebuilt under today's.
-_MOVED = {"measure.chunk_align": "scheduler.chunk_align"}
 _KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio", "model", "dtype")
 # measure/gpu/collect.py's
 LEASE = re.compile(r"\d{4}-\d{2}-\d{2}_[0-9a-f]{7,40}(\+[0-9a-f]{7,40})*")
@@ -88,20 +86,12 @@ def measured_engine(runs: list[Path]) -> str:
     return engine_kind([read_record(run / METRICS)["environment"] for run in runs]) or "no run"
 
 
-def overrides_of(run_dir: Path) -> list[str]:
-    """The run's command line, less what a simulated rebuild sets itself."""
-    given = read_record(run_dir / METRICS)["overrides"]
-    today = [o.replace(key, _MOVED[key], 1) if (key := override_key(o)) in _MOVED
-             else o for o in given]
-    return [o for o in today if override_key(o) not in _NOT_CARRIED and not o.startswith("hydra")]
-
-
-def simulate(run_dir: Path, runs: Path, work: Path, device: str, cost_model: str) -> Path:
-    """Rebuilt as under ``runs`` but under ``work/<cost_model>/``: ``Results`` reads both."""
+def simulate(run_dir: Path, config: DictConfig, runs: Path, work: Path, device: str,
+             cost_model: str) -> Path:
+    """The run's ``rebuild.recorded_config`` simulated as under ``runs`` but under
+    ``work/<cost_model>/``: ``Results`` reads both."""
     dest = work / cost_model / run_dir.relative_to(runs)
-    run_in_process([*overrides_of(run_dir), "executor=sim", f"engine.sim_device={device}",
-                    f"engine.sim_cost_model={cost_model}", "logger=none", "on_existing=overwrite"],
-                    dest)
+    rebuild.rebuild(run_dir, config, dest, device, cost_model)
     return dest
 
 
@@ -172,9 +162,11 @@ class Comparison(NamedTuple):
 
 def compare(runs: Path, work: Path, device: str, cost_models=PREDICTING_COST_MODELS,
             progress=print) -> Comparison:
-    """Every comparable run under ``runs`` rebuilt under each cost model that runs on ``device``."""
+    """Every comparable run under ``runs`` rebuilt under each cost model that runs on ``device``,
+    from the config it recorded (a run that cannot be is refused before any is simulated)."""
     rows, points, missing = [], [], Counter()
     compared = finished_runs(runs)[0]
+    configs = {run_dir: rebuild.recorded_config(run_dir) for run_dir in compared}
     refused = refusals(compared, device, cost_models)
     for run_dir in compared:
         record, kind = read_record(run_dir / METRICS), run_dir.relative_to(runs).parts[0]
@@ -186,7 +178,7 @@ def compare(runs: Path, work: Path, device: str, cost_models=PREDICTING_COST_MOD
             if why := refused.get((config.get("model"), config.get("dtype"), model)):
                 missing[kind, model, why] += 1
                 continue
-            sim_dir = simulate(run_dir, runs, work, device, model)
+            sim_dir = simulate(run_dir, configs[run_dir], runs, work, device, model)
             serve = ident["task"] == SERVE
             row, its = (_serving(run_dir, sim_dir) if serve
                         else _measured(run_dir, sim_dir, ident["task"]))
@@ -304,7 +296,10 @@ def main(argv: list[str] | None = None) -> None:
                      and (c.get("model"), c.get("dtype"), "profile") not in refused})
     for table_path in tables:
         print(f"the profile cost model reads {table_path}", flush=True)
-    result = compare(runs, work, device, cost_models, progress=lambda m: print(m, flush=True))
+    try:
+        result = compare(runs, work, device, cost_models, progress=lambda m: print(m, flush=True))
+    except ConfigError as e:
+        parser.error(str(e))
     try:
         written, ran, errors = _write(
             result, runs, outputs(comparison_provenance(compared, device, cost_models,
