@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -31,3 +32,15 @@ def refuse(message: str) -> NoReturn:
 
     print(f"error: {' '.join(message.split())}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def shared(parser: argparse.ArgumentParser, *, smoke: str | None = None, out: str | None = None,
+           force: str | None = None, out_type=Path, out_default=None) -> None:
+    """The options the commands share, declared here once: each given its command's help (what
+    --smoke shrinks, where --out writes, what --force replaces); one left None is not an option."""
+    if smoke is not None:
+        parser.add_argument("--smoke", action="store_true", help=smoke)
+    if out is not None:
+        parser.add_argument("--out", type=out_type, default=out_default, help=out)
+    if force is not None:
+        parser.add_argument("--force", action="store_true", help=force)

@@ -5,7 +5,7 @@ suite's dry run (``--scale dry``: each one's one tiny CPU job, ``experiment=dry/
     python -m sarathi_lab.produce pd_ratio --scale ci -o device.num_threads=1
     python -m sarathi_lab.produce --sim               # the paper's shapes, simulated (outputs/sim)
     python -m sarathi_lab.produce --sim --publish --force   # and docs/figures' simulated claims
-    python -m sarathi_lab.measure.gpu --own                   # the paper on your own GPU
+    python -m sarathi_lab.measure gpu --own                   # the paper on your own GPU
 
 Each experiment's sweep is ``python -m sarathi_lab.run -m experiment=NAME`` into
 ``<root>/<name>/multiruns/<scale>-<time>/``; a failed sweep does not stop the others. ``--publish``
@@ -168,13 +168,12 @@ def _parser(known) -> cli_args.Parser:
                              "(experiment=sim/NAME; at --scale ci the quick set)")
     parser.add_argument("--publish", action="store_true",
                         help="then redraw docs/figures/ from the runs (python -m "
-                             "sarathi_lab.analysis.publish); with --sim, run on "
+                             "sarathi_lab.measure publish); with --sim, run on "
                              f"{', '.join(OTHER_COST_MODELS)} too, into <root>-<cost model>")
     parser.add_argument("--docs", type=Path, default=capacity_docs.DOCS,
                         help="the docs folder --publish writes (default: the repository's)")
-    parser.add_argument("--force", action="store_true",
-                        help="--publish replaces figures and claims of another source, scale, "
-                             "machine or commit")
+    cli_args.shared(parser, force="--publish replaces figures and claims of another source, "
+                                  "scale, machine or commit")
     return parser
 
 
@@ -188,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     if device := next((n for n in args.names if n.startswith("device=")), None):
         # The GPU's paper is the GPU suite's (its kernel, engine and profile steps too).
         parser.error(f"{device} is invalid here: the paper on your own GPU is "
-                     "`python -m sarathi_lab.measure.gpu --own` (every GPU step at the paper's setting, "
+                     "`python -m sarathi_lab.measure gpu --own` (every GPU step at the paper's setting, "
                      "resumable; docs/gpu/README.md); produce runs the experiments at this CPU's "
                      "sizes (-o device=cuda runs those on a GPU)")
 
@@ -231,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
                                       args.docs, force=args.force)
         except (provenance.ReplaceRefused, EnvFlagError, capacity_docs.TableError) as e:
             roots_args = " ".join(f"--{'sim' if args.sim else 'measured'} {r}" for r in roots)
-            parser.error(f"{e} (the runs are kept: python -m sarathi_lab.analysis.publish "
+            parser.error(f"{e} (the runs are kept: python -m sarathi_lab.measure publish "
                          f"{roots_args} --docs {args.docs} --force publishes them)")
         print("\n".join(map(str, dict.fromkeys(written))))
 

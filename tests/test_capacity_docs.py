@@ -133,8 +133,8 @@ def test_refresh_replaces_only_the_capacity_rows_of_the_claims_table(tmp_path, d
 
 def test_the_command_tabulates_a_multirun_and_redraws(tmp_path, docs):
     runs = _searches(tmp_path / "runs")
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs)],
-                          check=False, capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "capacity_docs", str(runs), "--docs",
+                           str(docs)], check=False, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (docs / "capacity" / "cpu_capacity.csv").exists() and (docs / "figures" / "capacity.png").exists()
     assert "cpu_capacity.csv" in done.stdout

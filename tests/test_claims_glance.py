@@ -14,7 +14,7 @@ def test_results_md_glance_is_what_publish_writes_from_the_committed_claims():
     end = text.index(claims_glance.END) + len(claims_glance.END)
     assert text[start:end] == claims_glance.section(DOCS / "figures" / "claims.csv"), (
         "docs/RESULTS.md's glance differs from docs/figures/claims.csv: "
-        "python -m sarathi_lab.analysis.publish rewrites it")
+        "python -m sarathi_lab.measure publish rewrites it")
 
 
 def test_each_claim_is_one_row_with_each_kind_of_source_in_its_column(tmp_path):

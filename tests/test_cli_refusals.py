@@ -38,9 +38,9 @@ CASES = {
     "bench: unknown benchmark": (["sarathi_lab.measure", "nope"], "'nope'"),
     "bench: bad value": (["sarathi_lab.measure", "sampling", "--reps", "0"], "--reps"),
     "bench: unknown option": (["sarathi_lab.measure", "ceilings", "--bogus"], "--bogus"),
-    "gpu: bad budget": (["sarathi_lab.measure.gpu", "--budget-min", "-1"], "--budget-min"),
-    "gpu: unknown step": (["sarathi_lab.measure.gpu", "--steps", "nope"], "nope"),
-    "gpu: restore from a non-tar": (["sarathi_lab.measure.gpu", "--dry-run", "--out", "{tmp}/gpu",
+    "gpu: bad budget": (["sarathi_lab.measure", "gpu", "--budget-min", "-1"], "--budget-min"),
+    "gpu: unknown step": (["sarathi_lab.measure", "gpu", "--steps", "nope"], "nope"),
+    "gpu: restore from a non-tar": (["sarathi_lab.measure", "gpu", "--dry-run", "--out", "{tmp}/gpu",
                                      "--restore", "{not_tar}"],
                                     "suite.tar.gz is invalid"),
     "measure sim_pipeline: bad count": (["sarathi_lab.measure", "sim_pipeline", "--requests", "0"], "--requests"),
@@ -59,7 +59,7 @@ CASES = {
     "produce: an unknown override": (
         ["sarathi_lab.produce", "pd_ratio", "--scale", "ci", "--root", "{tmp}/outputs", "-o", "bogus.key=1"],
         "error: -o bogus.key=1 is invalid: bogus.key is not a known key"),
-    "measure sim_pipeline: out under a file": (["sarathi_lab.measure.sim_check.sim_pipeline", "--smoke",
+    "measure sim_pipeline: out under a file": (["sarathi_lab.measure", "sim_pipeline", "--smoke",
                                                "--out", "{file}/x"],
                                              "a_file"),
 }

@@ -138,7 +138,7 @@ def test_results_md_shows_the_newest_kept_runs():
 
 
 def test_publish_refuses_a_docs_folder_without_results_md_in_one_line(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.publish", "--gpu-claims", "--docs",
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "publish", "--gpu-claims", "--docs",
                           str(tmp_path)], check=False, cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": f"{ROOT}:{ROOT / 'kernels'}", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 2 and run.stderr.count("\n") == 1

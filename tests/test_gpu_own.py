@@ -1,4 +1,4 @@
-"""The paper on a researcher's own GPU (python -m sarathi_lab.measure.gpu --own): its dry run end to end in a fresh
+"""The paper on a researcher's own GPU (python -m sarathi_lab.measure gpu --own): its dry run end to end in a fresh
 interpreter, as a user starts it (progress lines, one folder of claims and figures, resume), and the
 progress estimate, the unscaled plan and the refusals as unit tests."""
 from __future__ import annotations
@@ -29,13 +29,13 @@ LINE = re.compile(r"^\[own\] (\d+:\d\d:\d\d) elapsed, about (\d+:\d\d:\d\d) left
                   r"\| (\S+): done in \d+ s \| (\d+) of (\d+) steps ended$", re.MULTILINE)
 
 
-def command(*args: str, module: str = "sarathi_lab.measure.gpu", out_env: Path | None = None,
+def command(*args: str, module: tuple[str, ...] = ("sarathi_lab.measure", "gpu"), out_env: Path | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "kernels")]))
     env.pop("OUT", None)
     if out_env is not None:
         env["OUT"] = str(out_env)
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", *module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 
@@ -83,8 +83,8 @@ def test_own_refuses_a_budget_an_archive_docs_and_a_machine_without_a_gpu(tmp_pa
 
 
 def test_produce_points_a_gpu_to_the_own_command():
-    run = command("device=cuda", module="sarathi_lab.produce", timeout=120)
-    assert run.returncode == 2 and "python -m sarathi_lab.measure.gpu --own" in run.stderr
+    run = command("device=cuda", module=("sarathi_lab.produce",), timeout=120)
+    assert run.returncode == 2 and "python -m sarathi_lab.measure gpu --own" in run.stderr
 
 
 def test_own_plan_is_one_run_with_the_paper_s_settings():

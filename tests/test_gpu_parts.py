@@ -98,7 +98,7 @@ def test_a_steps_jobs_are_those_its_sweep_launches(name, launched):
 
 
 def test_plan_shows_each_paper_steps_set_up_and_jobs_apart():
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", "--plan"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "gpu", "--plan"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, check=True)
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("paper.")}
     assert "set-up" in done.stdout.splitlines()[0] and "jobs" in done.stdout.splitlines()[0]

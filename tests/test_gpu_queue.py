@@ -1,4 +1,4 @@
-"""The GPU queue (python -m sarathi_lab.measure.gpu --next): its order, its resume from earlier runs, a step due
+"""The GPU queue (python -m sarathi_lab.measure gpu --next): its order, its resume from earlier runs, a step due
 again when its engine code changes, and calls that fit their budget."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from sarathi_lab.measure.gpu import engine_code, queue, state
-from sarathi_lab.measure.gpu.__main__ import capped, pending
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS
 from sarathi_lab.measure.gpu.queue import Record
+from sarathi_lab.measure.gpu.suite import capped, pending
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -212,12 +212,12 @@ def test_a_capped_step_runs_alone_and_is_stopped_at_its_cap():
 
 def test_next_prints_the_queue_and_run_needs_next(tmp_path):
     env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'kernels'}", "PATH": "/usr/bin:/bin"}
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", "--next", "--budget-min", "9", "--out",
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "gpu", "--next", "--budget-min", "9", "--out",
                           str(tmp_path)], check=False, cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "call 1:" in run.stdout and "shows:" in run.stdout
-    bad = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", "--run"], check=False, cwd=ROOT, env=env,
+    bad = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "gpu", "--run"], check=False, cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--run is invalid without --next" in bad.stderr
 

@@ -1,4 +1,4 @@
-"""The GPU suite (python -m sarathi_lab.measure.gpu): its dry run end to end in a fresh interpreter, and
+"""The GPU suite (python -m sarathi_lab.measure gpu): its dry run end to end in a fresh interpreter, and
 the parts a GPU call relies on (resume, restore, budget, reading the kernel check) as unit tests."""
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from sarathi_lab.analysis import registry
 from sarathi_lab.harness import scales
 from sarathi_lab.measure.gpu import queue, state
-from sarathi_lab.measure.gpu.__main__ import exit_code, pending, record_killed
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
 from sarathi_lab.measure.gpu.state import Metric, StepResult
+from sarathi_lab.measure.gpu.suite import exit_code, pending, record_killed
 from sarathi_lab.measure.gpu.wheels import installs_there
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def suite(*args: str, out_env: Path | None = None, timeout: float = 600,
     env.pop("OUT", None)
     if out_env is not None:
         env["OUT"] = str(out_env)
-    return subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "gpu", *args], cwd=ROOT, env=env,
                           capture_output=True,
                           text=True, timeout=timeout, check=False)
 
@@ -401,8 +401,9 @@ def test_collect_refuses_an_archive_without_the_env_step_or_from_a_dry_run(tmp_p
     out, archive = tmp_path / "out", tmp_path / "suite.tar.gz"
     _result(out, "kernels", "done")
     state.archive(out, archive)
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu.collect", str(archive)], capture_output=True,
-                         text=True, check=False, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "gpu_collect", str(archive)],
+                         capture_output=True, text=True, check=False, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.splitlines()[-1].endswith(f"{archive} is invalid: it has no steps/env/env.json (the env step "
                                                 "has not finished), so the device it measured is unknown")

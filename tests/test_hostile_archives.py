@@ -15,8 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sarathi_lab.measure.gpu import __main__ as suite
-from sarathi_lab.measure.gpu import archive_members, collect, state
+from sarathi_lab.measure.gpu import archive_members, collect, state, suite
 
 ENV = {"device": "NVIDIA H100 80GB HBM3"}
 STEP = {"step": "env", "status": "done", "started_at": 1_790_000_000.0, "commit": "abc1234"}

@@ -147,8 +147,8 @@ def test_what_a_sweep_reads_passes(args):
 # --- command lines: an empty value, a budget no step fits -----------------------------------------
 
 @pytest.mark.parametrize("module, args", [
-    ("sarathi_lab.measure.gpu.__main__", ["--dry-run", "--out", ""]),
-    ("sarathi_lab.measure.gpu.__main__", ["--dry-run", "--out="]),
+    ("sarathi_lab.measure.gpu.suite", ["--dry-run", "--out", ""]),
+    ("sarathi_lab.measure.gpu.suite", ["--dry-run", "--out="]),
     ("sarathi_lab.analysis.timeline", ["RUN", "--out", ""]),
     ("sarathi_lab.analysis.publish", ["--measured", ""]),
 ])
@@ -164,7 +164,7 @@ def test_an_empty_option_value_is_refused(module, args, capsys, tmp_path):
 @given(budget=st.floats(min_value=1e-12, max_value=min(s.minutes for s in STEPS), exclude_max=True))
 @settings(max_examples=5, deadline=None)
 def test_a_budget_no_step_fits_is_refused_before_anything_is_written(budget, tmp_path_factory):
-    from sarathi_lab.measure.gpu.__main__ import main
+    from sarathi_lab.measure.gpu.suite import main
 
     out = tmp_path_factory.mktemp("gpu") / "out"
     with pytest.raises(SystemExit) as done:

@@ -110,7 +110,7 @@ def test_a_fifo_in_place_of_a_lease_file_is_refused_never_waited_on(tmp_path):
     env.unlink()
     os.mkfifo(env)
     # A fresh interpreter with a deadline: a reader that opens the FIFO waits for a writer forever.
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.attribute", str(folder)], env=ENV,
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "attribute", str(folder)], env=ENV,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and done.stderr.splitlines() == [
         f"error: {env} is invalid: not a regular file"], done.stderr

@@ -152,7 +152,7 @@ def test_publish_redraws_every_figure_and_the_claims_table_from_result_roots(res
     # --include-unreliable, as the notebooks' SARATHI_INCLUDE_UNRELIABLE: the quick set checks the pipeline,
     # and beside the other test workers its measured runs may be flagged timing_unreliable. --force: the
     # copy's claims table is the committed full-scale one, which CI-scale runs replace only when told.
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.publish", "--measured", str(results_root),
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "publish", "--measured", str(results_root),
                           "--sim", str(results_root / "sim"), "--docs", str(docs), "--include-unreliable", "--force"],
                          check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -167,6 +167,6 @@ def test_publish_redraws_every_figure_and_the_claims_table_from_result_roots(res
 
 
 def test_publish_refuses_a_missing_root_in_one_line(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.publish", "--measured", str(tmp_path / "nope")],
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "publish", "--measured", str(tmp_path / "nope")],
                          check=False, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "nope" in run.stderr, run.stderr

@@ -19,6 +19,7 @@ import pytest
 from sarathi_lab import output_files
 from sarathi_lab.analysis import attribute
 from sarathi_lab.measure import __main__ as measure
+from sarathi_lab.measure.bench import case
 from sarathi_lab.measure.gpu import predict
 from sarathi_lab.measure.sim_check import calibration_cli, convert_gpu_kernels, sim_pipeline
 from tests.test_attribution import synthetic_lease
@@ -95,7 +96,7 @@ def test_a_committed_docs_table_is_replaced_only_with_force(tmp_path):
 
 def test_two_benchmarks_of_one_call_never_share_a_file(tmp_path, monkeypatch):
     # `all --out t.csv` gave every benchmark t.csv, each replacing the one before.
-    monkeypatch.setattr(measure, "ALL", ("ceilings", "ceilings"))
+    monkeypatch.setattr(case, "ALL", ("ceilings", "ceilings"))
     code, out, err = _run(measure.main, ["all", "--dry", "--out", str(tmp_path / "t.csv")])
     assert code == 2 and err.splitlines() == [
         (f"error: --out={tmp_path / 't.ceilings.csv'} is invalid: {tmp_path / 't.ceilings.csv'} was written "

@@ -15,7 +15,7 @@ def test_every_generated_block_of_results_md_is_what_publish_writes_now():
     assert len(results_page.BLOCK.findall(text)) >= 10  # every experiment and capacity table
     assert results_page.rewritten(text, DOCS) == text, (
         "a generated block of docs/RESULTS.md differs from the committed tables: "
-        "python -m sarathi_lab.analysis.publish rewrites it")
+        "python -m sarathi_lab.measure publish rewrites it")
 
 
 def test_the_page_quotes_every_experiment_of_the_claims_table():

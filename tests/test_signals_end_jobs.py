@@ -110,7 +110,7 @@ def test_sigterm_to_floor_claims_ends_the_sweep_it_started(tmp_path):
     folder = _lease(tmp_path, [SWEEP.replace("workload.num_requests=8", LONG_JOBS)])
     runs = tmp_path / "runs"
     runs.mkdir()
-    command = [sys.executable, "-m", "sarathi_lab.measure.sim_check.floor_claims", str(folder)]
+    command = [sys.executable, "-m", "sarathi_lab.measure", "floor_claims", str(folder)]
     output, _ = _signal_mid_run(command, runs, signal.SIGTERM, _env(TMPDIR=str(runs)))
     assert output.strip().splitlines()[-1] == (
         "interrupted (SIGTERM): the simulator's sweeps are ended, nothing was written; the same command "
@@ -120,7 +120,7 @@ def test_sigterm_to_floor_claims_ends_the_sweep_it_started(tmp_path):
 
 def test_sigterm_to_the_gpu_suite_s_local_mode_ends_its_worker_and_sweep(tmp_path):
     out = tmp_path / "gpu"
-    command = [sys.executable, "-m", "sarathi_lab.measure.gpu", "--dry-run", "--out", str(out), "--steps",
+    command = [sys.executable, "-m", "sarathi_lab.measure", "gpu", "--dry-run", "--out", str(out), "--steps",
                "paper.decode_speedup"]
     output, statuses = _signal_mid_run(command, out, signal.SIGTERM, _env())
     assert "interrupted" in statuses and "running" not in statuses

@@ -37,7 +37,7 @@ def test_the_default_trace_is_the_one_the_simulator_is_held_to():
 
 @pytest.mark.e2e
 def test_speed_command_reports_cpu_time_and_where_it_goes():
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.sim_check.sim_speed", "--requests", "50",
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "sim_speed", "--requests", "50",
                            "--profile", "--top", "5"], check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert LINE.search(done.stdout) and LINE.search(done.stdout)[1] == "50"

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 from sarathi_lab import output_files
 from sarathi_lab.analysis import gpu_claims, gpu_records
-from sarathi_lab.measure.gpu import __main__ as suite
-from sarathi_lab.measure.gpu import archive_members, collect, queue, state
+from sarathi_lab.measure.gpu import archive_members, collect, queue, state, suite
 from sarathi_lab.measure.gpu.plan import STEPS
 
 STARTED = 1_790_000_000.0  # 2026-09-21

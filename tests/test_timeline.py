@@ -156,7 +156,7 @@ def test_the_command_line_writes_a_window_of_the_trace(cpu_run, tmp_path):
     record = read_record(cpu_run / "metrics.json")
     mid = record["summary"]["makespan_s"] / 2
     out = tmp_path / "t.json.gz"
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.timeline", str(cpu_run), "--out", str(out),
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "timeline", str(cpu_run), "--out", str(out),
                           "--start-s", str(mid), "--duration-s", str(mid / 4)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -79,7 +79,7 @@ def test_the_figure_names_its_engines_scale_seeds_and_machine():
 
 
 def test_a_root_without_both_engines_is_refused_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "sarathi_lab.analysis.versus_vllm", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "versus_vllm", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, check=False)
     lines = done.stderr.splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: root {tmp_path} is invalid")

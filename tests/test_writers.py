@@ -137,9 +137,10 @@ def _archive(tmp_path: Path, commit: str = "abc1234", started: float = 179574498
 
 def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
     repo = tmp_path / "repo"
-    first = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
+    first = _run("sarathi_lab.measure", "gpu_collect", str(_archive(tmp_path, "abc1234", graphs=())),
+              "--root", str(repo))
     assert first.returncode == 0, first.stderr
-    second = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "def5678", 1795825800.0)),
+    second = _run("sarathi_lab.measure", "gpu_collect", str(_archive(tmp_path, "def5678", 1795825800.0)),
                   "--root", str(repo))
     assert second.returncode == 0, second.stderr
     old, new = repo / "docs/gpu/h200/2026-11-27_abc1234", repo / "docs/gpu/h200/2026-11-28_def5678"
@@ -153,7 +154,8 @@ def test_collect_keeps_each_lease_in_its_own_folder_with_an_index(tmp_path):
     assert len(rows) == 2 and "| `abc1234` | eager |" in rows[0] and "| `def5678` | decode CUDA graphs |" in rows[1]
     assert "not done: paper.pd_ratio (incomplete)" in rows[0]
     # The same lease again (a later call's archive of it): its own files, replaced without asking.
-    again = _run("sarathi_lab.measure.gpu.collect", str(_archive(tmp_path, "abc1234", graphs=())), "--root", str(repo))
+    again = _run("sarathi_lab.measure", "gpu_collect", str(_archive(tmp_path, "abc1234", graphs=())),
+              "--root", str(repo))
     assert again.returncode == 0, again.stderr
 
 
@@ -164,11 +166,11 @@ def test_collect_refuses_to_replace_another_lease_s_files_unless_forced(tmp_path
     (lease / "figures" / "overhead.png").write_text("another lease's")
     provenance.record_folder(lease, {provenance.EVERYTHING: Provenance("measured GPU", lease="2026-11-27_0000000")})
     archive = _archive(tmp_path)
-    line = _refused(_run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(repo)))
+    line = _refused(_run("sarathi_lab.measure", "gpu_collect", str(archive), "--root", str(repo)))
     assert "docs/gpu/h200/2026-11-27_abc1234/figures/overhead.png (measured GPU, lease 2026-11-27_0000000" in line
     assert "--force" in line and (lease / "figures" / "overhead.png").read_text() == "another lease's"
     assert not (lease / "summary.json").exists()
-    assert _run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(repo), "--force").returncode == 0
+    assert _run("sarathi_lab.measure", "gpu_collect", str(archive), "--root", str(repo), "--force").returncode == 0
     assert (lease / "figures" / "overhead.png").read_text() == "png"
 
 
@@ -179,7 +181,7 @@ def test_collect_refuses_an_archive_whose_lease_is_unknown(tmp_path):
     archive = tmp_path / "suite.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(out / "steps/env/env.json", arcname="steps/env/env.json")
-    run = _run("sarathi_lab.measure.gpu.collect", str(archive), "--root", str(tmp_path / "repo"))
+    run = _run("sarathi_lab.measure", "gpu_collect", str(archive), "--root", str(tmp_path / "repo"))
     assert run.returncode == 2 and run.stderr.strip() == (
         f"error: {archive} is invalid: it has no readable summary.json, so its lease (the date and commit its "
         "steps ran at) is unknown")
@@ -254,16 +256,16 @@ def _docs(tmp_path: Path) -> Path:
 def test_publish_refuses_to_replace_full_scale_results_with_ci_ones_and_writes_nothing(tmp_path):
     root, docs = _pd_ratio_root(tmp_path / "runs"), _docs(tmp_path)
     before = {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()}
-    line = _refused(_run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs)))
+    line = _refused(_run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs)))
     assert "would replace 2 file(s)" in line
     assert f"{docs}/figures/pd_ratio.png (measured CPU, full scale" in line and "new: measured CPU, ci scale" in line
     assert f"{docs}/figures/claims.csv (" in line and "--force replaces them" in line
     assert {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()} == before
     # Told: written, and recorded as what it now is; a second publish of the same runs is not refused.
-    run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs), "--force")
+    run = _run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs), "--force")
     assert run.returncode == 0, run.stderr[-3000:]
     assert provenance.recorded(docs / "figures" / "pd_ratio.png").scale == "ci"
-    again = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
+    again = _run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs))
     assert again.returncode == 0, again.stderr[-3000:]
     # A measured root replaces the measured rows alone: the simulated ones stay as they were.
     before, after = (pd.read_csv(p, keep_default_na=False) for p in (ROOT / "docs/figures/claims.csv",
@@ -285,7 +287,7 @@ def _rows(table: pd.DataFrame) -> list[dict]:
 def test_publish_of_a_simulated_root_alone_replaces_its_experiments_simulated_rows_and_keeps_the_rest(tmp_path):
     root, docs = _pd_ratio_root(tmp_path / "sim", scale="full", simulated=True), _docs(tmp_path)
     committed = pd.read_csv(docs / "figures" / "claims.csv", keep_default_na=False)
-    run = _run("sarathi_lab.analysis.publish", "--sim", str(root), "--docs", str(docs), "--force")
+    run = _run("sarathi_lab.measure", "publish", "--sim", str(root), "--docs", str(docs), "--force")
     assert run.returncode == 0, run.stderr[-3000:]
     table = pd.read_csv(docs / "figures" / "claims.csv", keep_default_na=False)
     # pd_ratio's simulated rows are the root's, at its commit; every cost model's committed ones are gone.
@@ -304,7 +306,7 @@ def test_publish_of_a_simulated_root_alone_replaces_its_experiments_simulated_ro
 def test_publish_draws_what_a_partial_root_has_and_names_what_it_lacks(tmp_path):
     root, docs = _pd_ratio_root(tmp_path / "runs"), tmp_path / "new_docs"
     shutil.copytree(ROOT / "docs" / "capacity", docs / "capacity")
-    run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
+    run = _run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs))
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"per_token_cost: no finished run under {root}" in run.stdout
     assert (docs / "figures" / "pd_ratio.png").is_file() and not (docs / "figures" / "per_token_cost.png").exists()
@@ -316,7 +318,7 @@ def test_publish_draws_what_a_partial_root_has_and_names_what_it_lacks(tmp_path)
 
 def test_publish_into_a_fresh_folder_draws_the_runs_and_names_the_capacity_tables_it_lacks(tmp_path):
     root, docs = _pd_ratio_root(tmp_path / "runs"), tmp_path / "fresh"
-    run = _run("sarathi_lab.analysis.publish", "--measured", str(root), "--docs", str(docs))
+    run = _run("sarathi_lab.measure", "publish", "--measured", str(root), "--docs", str(docs))
     assert run.returncode == 0, run.stderr[-3000:]
     assert (docs / "figures" / "pd_ratio.png").is_file() and (docs / "figures" / "claims.csv").is_file()
     assert f"capacity: no sim_capacity.csv, sim_tradeoff.csv under {docs / 'capacity'}" in run.stdout
@@ -389,7 +391,7 @@ def test_docs_sim_writers_refuse_a_file_another_run_wrote(tmp_path, command, exi
 def test_tile_alignment_refuses_a_table_another_command_wrote(tmp_path):
     out = tmp_path / "tile_alignment.csv"
     out.write_text("x\n")
-    _refused(_run("sarathi_lab.measure.bench.tile_alignment", "--out", str(out)))
+    _refused(_run("sarathi_lab.measure", "tile_alignment", "--out", str(out)))
     assert out.read_text() == "x\n"
 
 
@@ -410,9 +412,9 @@ def test_capacity_docs_refuses_to_replace_the_cpu_capacity_table_unless_forced(t
     shutil.copytree(ROOT / "docs" / "capacity", docs / "capacity")
     runs = _searches(tmp_path / "runs")
     committed = (docs / "capacity" / "cpu_capacity.csv").read_bytes()
-    line = _refused(_run("sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs)))
+    line = _refused(_run("sarathi_lab.measure", "capacity_docs", str(runs), "--docs", str(docs)))
     assert f"{docs}/capacity/cpu_capacity.csv (unknown provenance" in line and "new: measured CPU" in line
     assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() == committed
-    done = _run("sarathi_lab.analysis.capacity_docs", str(runs), "--docs", str(docs), "--force")
+    done = _run("sarathi_lab.measure", "capacity_docs", str(runs), "--docs", str(docs), "--force")
     assert done.returncode == 0, done.stderr[-3000:]
     assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() != committed

@@ -1,7 +1,7 @@
 """Where each launch iteration's time over its physical floor goes, and how much of each paper claim
 measured in a lease the hardware explains, from that lease's files alone:
 
-    python -m sarathi_lab.analysis.attribute docs/gpu/h100/2026-11-27_7fae342
+    python -m sarathi_lab.measure attribute docs/gpu/h100/2026-11-27_7fae342
 
 prints the table and writes ``<lease>.attribution.csv`` and ``.md`` beside the lease's folder, which
 stays as collected; an iteration's parts sum to its time over the floor, and a part the lease lacks
@@ -220,7 +220,7 @@ def _f(value, digits: int = 2) -> str:
 def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
     iterations = [r for r in found if r["kind"] == "iteration"]
     lines = [f"# Attribution: {lease.folder.name} ({lease.device.upper()})", "",
-             (f"Written by `python -m sarathi_lab.analysis.attribute` from the files of "
+             (f"Written by `python -m sarathi_lab.measure attribute` from the files of "
               f"[{lease.folder.name}]({lease.folder.name}/README.md) (definitions: "
               "[Floors and attribution](../README.md#floors-and-attribution)). Memory "
               f"ceiling: {t.gbps:,.0f} GB/s ({t.ceiling} "
@@ -252,14 +252,14 @@ def markdown(found: list[dict], t: Tables, lease: Lease) -> str:
     lines += ["", ("The paper's device beside ours (ridge points, the simulator's chunking claims "
                    "on the A6000 and the H100): "
                    "[docs/sim/device_beside.md](../../sim/device_beside.md), by `python -m "
-                   "sarathi_lab.measure.bench.device_beside`."), ""]
+                   "sarathi_lab.measure device_beside`."), ""]
     return "\n".join(lines)
 
 
 def outputs(folder: Path, force: bool = False) -> output_files.Outputs:
     """Derived from the lease's measurements, not measured: beside its folder, never in it."""
     derived = provenance.Provenance("computed from measured GPU", lease=Path(folder).resolve().name,
-                                    writer="python -m sarathi_lab.analysis.attribute")
+                                    writer="python -m sarathi_lab.measure attribute")
     return gpu_records.derived_outputs(folder, (gpu_records.ATTRIBUTION_TABLE,
                                                 gpu_records.ATTRIBUTION_PAGE), derived, force)
 
@@ -276,11 +276,10 @@ def write(out: output_files.Outputs, found: list[dict], t: Tables, lease: Lease)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.attribute",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure attribute",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("lease", type=Path, help="a lease's folder under docs/gpu/<device>/")
-    parser.add_argument("--force", action="store_true",
-                        help="replace files beside the lease that another writer wrote")
+    cli_args.shared(parser, force="replace files beside the lease that another writer wrote")
     args = parser.parse_args(argv)
     try:
         out = outputs(args.lease, args.force)
@@ -292,7 +291,3 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(out.staged[written[1].name].decode())
     print("\nwrote " + ", ".join(map(str, written)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

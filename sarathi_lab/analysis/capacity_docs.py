@@ -1,11 +1,11 @@
 """The committed capacity tables (docs/capacity/*.csv) and what is drawn from them: the figures
 capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/claims.csv.
 
-    python -m sarathi_lab.analysis.capacity_docs MULTIRUN  # /tmp/cap/cpu: writes cpu_capacity.csv
-    python -m sarathi_lab.analysis.capacity_docs           # redraws from the committed tables only
+    python -m sarathi_lab.measure capacity_docs MULTIRUN  # /tmp/cap/cpu: writes cpu_capacity.csv
+    python -m sarathi_lab.measure capacity_docs           # redraws from the committed tables only
 
 The simulated capacity_sim tables (one per cost model, SIM_TABLES) are written by
-``python -m sarathi_lab.analysis.publish --sim ROOT`` from a root's capacity sweep.
+``python -m sarathi_lab.measure publish --sim ROOT`` from a root's capacity sweep.
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False)
     prov = provenance.Provenance("measured CPU", "+".join(sorted(set(map(str, searches.scale)))),
                                  "+".join(sorted(set(map(str, searches.device_name)))),
                                  commit=provenance.UNRECORDED,
-                                 writer="python -m sarathi_lab.analysis.capacity_docs")
+                                 writer="python -m sarathi_lab.measure capacity_docs")
     out = output_files.Outputs(path.parent, {path.name: prov}, given=f"--docs={docs}",
                                force=force,
                                how="--force replaces it; --docs DIR writes into another folder")
@@ -215,15 +215,14 @@ def refresh(docs: str | Path = DOCS) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.capacity_docs",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure capacity_docs",
                              description=__doc__,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("multirun", nargs="?",
                         help="capacity searches on this CPU (experiment=capacity)")
     parser.add_argument("--docs", default=DOCS, type=Path,
                         help="the docs folder (default: the repository's)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace the CPU capacity table already there")
+    cli_args.shared(parser, force="replace the CPU capacity table already there")
     args = parser.parse_args(argv)
     try:
         check_tables(args.docs)
@@ -232,7 +231,3 @@ def main(argv: list[str] | None = None) -> None:
     except (provenance.ReplaceRefused, output_files.OutputRefused, TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, written)))
-
-
-if __name__ == "__main__":
-    main()

@@ -18,7 +18,7 @@ SWEEP = re.compile(r"batch sizes ([0-9, ]+?) and lengths ([0-9, ]+)")
 # Each kernel at the data-sheet peaks, no tiles or host time (docs/gpu/README.md).
 FLOORS = "the lease's sweep on the simulator's `floor` cost model"
 NO_FLOORS = ("not attributed (no floor claims beside the lease: python -m "
-             "sarathi_lab.measure.sim_check.floor_claims <lease>)")
+             "sarathi_lab.measure floor_claims <lease>)")
 
 
 def _claims(lease) -> list[dict]:

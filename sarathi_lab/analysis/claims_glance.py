@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-BEGIN = ("<!-- claims-glance: written by python -m sarathi_lab.analysis.publish from "
+BEGIN = ("<!-- claims-glance: written by python -m sarathi_lab.measure publish from "
          "docs/figures/claims.csv; edits here are replaced -->")
 END = "<!-- /claims-glance -->"
 

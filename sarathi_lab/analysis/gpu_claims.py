@@ -10,11 +10,11 @@ from sarathi_lab.analysis import gpu_records, gpu_rejudge, gpu_tables, registry
 from sarathi_lab.analysis.gpu_records import Summary, cell
 from sarathi_lab.analysis.verdict import WORDS, words_markdown
 
-BEGIN = ("<!-- gpu-claims: written by python -m sarathi_lab.analysis.publish --gpu-claims; "
+BEGIN = ("<!-- gpu-claims: written by python -m sarathi_lab.measure publish --gpu-claims; "
          "edits here are replaced -->")
 END = "<!-- /gpu-claims -->"
 # Where RESULTS.md lists what each verdict word means (verdict.WORDS), rewritten beside the claims.
-WORDS_BEGIN = ("<!-- verdict-words: written by python -m sarathi_lab.analysis.publish --gpu-claims "
+WORDS_BEGIN = ("<!-- verdict-words: written by python -m sarathi_lab.measure publish --gpu-claims "
                "from sarathi_lab/analysis/verdict.py; edits here are replaced -->")
 WORDS_END = "<!-- /verdict-words -->"
 # The seeds a paper sweep's command named.
@@ -150,7 +150,7 @@ def section(gpu_docs: Path) -> str:
            "it states (`sarathi_lab/analysis/gpu_rejudge.py`), its recorded verdict beside it "
            "where that differs; why: for a claim not judged yes, the part the device explains "
            "and the part our engine does (`docs/gpu/<device>/<run>.attribution.md`, `python -m "
-           "sarathi_lab.analysis.attribute`). Older runs follow as history.")
+           "sarathi_lab.measure attribute`). Older runs follow as history.")
     lines = [BEGIN, "", "### Every claim on the newest GPU run of each device", "", how, "",
              ("| claim | paper | device | run (commit) | engine | seeds | measured | ours / paper "
               "| spread | holds? | why |"),
@@ -172,7 +172,7 @@ def section(gpu_docs: Path) -> str:
     if waiting:
         lines += ["", "Not judged on any GPU yet: " + ", ".join(f"`{n}`" for n in waiting)
                   + " (their steps wait in the GPU queue: "
-                  "`python -m sarathi_lab.measure.gpu --next`)."]
+                  "`python -m sarathi_lab.measure gpu --next`)."]
     return "\n".join([*lines, "", END])
 
 

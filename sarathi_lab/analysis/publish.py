@@ -1,10 +1,10 @@
 """Redraw the committed figures and claims table (docs/figures/) from result roots, in one command:
 
     python -m sarathi_lab.produce --sim --publish --force   # every simulated claim, rerun
-    python -m sarathi_lab.analysis.publish --sim outputs/sim --sim outputs/sim-roofline
-    python -m sarathi_lab.analysis.publish --measured outputs   # the CPU's claims and figures
+    python -m sarathi_lab.measure publish --sim outputs/sim --sim outputs/sim-roofline
+    python -m sarathi_lab.measure publish --measured outputs   # the CPU's claims and figures
     # RESULTS.md's GPU claims from docs/gpu/*/*/claims.csv:
-    python -m sarathi_lab.analysis.publish --gpu-claims
+    python -m sarathi_lab.measure publish --gpu-claims
 
 The claims table's measured rows come from --measured, its simulated rows from the --sim roots (an
 experiment's from every root that has it); the rows no root given stands for are kept as the table
@@ -35,7 +35,7 @@ from sarathi_lab.env_flags import EnvFlagError
 from sarathi_lab.executors import recorded_as
 from sarathi_lab.provenance import Provenance
 
-WRITER = "python -m sarathi_lab.analysis.publish"
+WRITER = "python -m sarathi_lab.measure publish"
 CAPACITY = "capacity"
 # What claims.simulated_provenance writes in every predicted row's machine column.
 PREDICTED = claims.simulated_provenance("", "")["machine"]
@@ -174,7 +174,7 @@ def publish(measured: str | Path | None, simulated: list[str | Path],
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.publish",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure publish",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("--measured",
                         help="a produce root of measured runs (default: none redrawn; the "
@@ -185,9 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--docs", default=capacity_docs.DOCS, type=Path, help="the docs folder")
     parser.add_argument("--include-unreliable", action="store_true",
                         help="keep runs flagged timing_unreliable")
-    parser.add_argument("--force", action="store_true",
-                        help="replace figures and claims of another "
-                             "source, scale, machine or commit")
+    cli_args.shared(parser, force="replace figures and claims of another source, scale, "
+                                  "machine or commit")
     parser.add_argument("--gpu-claims", action="store_true",
                         help="rewrite RESULTS.md's GPU claims (the newest run of each device per "
                              "claim, older ones as history) from the runs kept under DOCS/gpu/")
@@ -212,7 +211,3 @@ def main(argv: list[str] | None = None) -> None:
     except (provenance.ReplaceRefused, EnvFlagError, capacity_docs.TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, dict.fromkeys(written))))
-
-
-if __name__ == "__main__":
-    main()

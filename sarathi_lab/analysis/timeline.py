@@ -1,7 +1,7 @@
 """A run's batches as a Chrome / Perfetto trace (the Trace Event Format's JSON object), from its
 results contract alone, as vidur exports its simulated timeline:
 
-    python -m sarathi_lab.analysis.timeline RUN_DIR [--out FILE] [--start-s S --duration-s D]
+    python -m sarathi_lab.measure timeline RUN_DIR [--out FILE] [--start-s S --duration-s D]
 
 Open it in https://ui.perfetto.dev or chrome://tracing: process ``engine`` holds the iterations and
 counters of tokens and KV blocks, process ``requests`` a track per request. Microseconds on the
@@ -271,13 +271,12 @@ def export_timelines(run_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.analysis.timeline",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure timeline",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path,
                         help="a run's directory (metrics.json, "
                              "iterations.parquet, requests.parquet)")
-    parser.add_argument("--out", type=Path,
-                        help=f"the trace file (default RUN_DIR/{TRACE}; .gz: gzipped)")
+    cli_args.shared(parser, out=f"the trace file (default RUN_DIR/{TRACE}; .gz: gzipped)")
     parser.add_argument("--start-s", type=float,
                         help="keep events from this time on the run's clock (s)")
     parser.add_argument("--duration-s", type=float,
@@ -310,7 +309,3 @@ def main(argv: list[str] | None = None) -> None:
           f"requests ({run.source}, {run.clock} clock)")
     for note in payload["otherData"]["not_recorded"]:
         print(f"not recorded by this run: {note}")
-
-
-if __name__ == "__main__":
-    main()

@@ -4,7 +4,7 @@ stall-free claim measured on vLLM: its chunked prefill on (scheduler=sarathi_ser
 (scheduler=vllm). Draws ``<docs>/figures/versus_vllm.png`` and its claims,
 ``<docs>/figures/versus_vllm_claims.csv`` (claims.csv's columns), from a sweep's runs:
 
-    python -m sarathi_lab.analysis.versus_vllm outputs/versus_vllm/multirun/<time>
+    python -m sarathi_lab.measure versus_vllm outputs/versus_vllm/multirun/<time>
 
 Not in the registry: it needs vLLM installed, which ``produce`` and the GPU suite do not assume.
 """
@@ -22,7 +22,7 @@ from sarathi_lab.harness.results import load_runs, run_source
 from sarathi_lab.provenance import Provenance
 
 NAME = "versus_vllm"
-WRITER = "python -m sarathi_lab.analysis.versus_vllm"
+WRITER = "python -m sarathi_lab.measure versus_vllm"
 ENGINES = {"model": "sarathi_lab", "vllm": "vLLM"}
 # What each of our scheduler names runs on vLLM (harness/vllm_args.py).
 BATCHING = {"sarathi_serve": "chunked prefill on", "vllm": "chunked prefill off"}
@@ -195,8 +195,7 @@ def main(argv: list[str] | None = None) -> None:
                                      "any root with runs of both engines)")
     parser.add_argument("--docs", default="docs", type=Path,
                         help="the docs folder (figures/ under it)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace files of another source, scale or commit")
+    cli_args.shared(parser, force="replace files of another source, scale or commit")
     args = parser.parse_args(argv)
     if not Path(args.root).is_dir():
         parser.error(f"root {args.root!r} is invalid: no such directory")
@@ -204,7 +203,3 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(map(str, publish(args.root, args.docs, args.force))))
     except (NoRuns, output_files.OutputRefused) as e:
         parser.error(str(e))
-
-
-if __name__ == "__main__":
-    main()

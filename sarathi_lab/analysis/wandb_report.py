@@ -1,5 +1,5 @@
 """The W&B report of docs/wandb_report.yaml: the papers' comparisons as saved views over this
-project's uploaded runs (``python -m sarathi_lab.analysis.wandb_report --entity E --save``; needs
+project's uploaded runs (``python -m sarathi_lab.measure wandb_report --entity E --save``; needs
 ``pip install wandb-workspaces``, an account and the runs synced)."""
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def build(spec: dict[str, Any], entity: str, project: str):
 def main(argv: list[str] | None = None) -> None:
     from sarathi_lab import cli_args
 
-    parser = cli_args.Parser(description=__doc__)
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure wandb_report", description=__doc__)
     parser.add_argument("--entity", required=True)
     parser.add_argument("--project", default="sarathi_lab")
     parser.add_argument("--spec", type=Path, default=SPEC)
@@ -77,7 +77,3 @@ def main(argv: list[str] | None = None) -> None:
         print(report.url)
     else:
         print(f"built {report.title!r}: {len(report.blocks)} blocks; --save saves it to W&B")
-
-
-if __name__ == "__main__":
-    main()

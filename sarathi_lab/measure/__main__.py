@@ -1,25 +1,21 @@
-"""``python -m sarathi_lab.measure``: every measurement the wing registers, a line each;
-``python -m sarathi_lab.measure NAME [args]`` runs a benchmark or a simulator check by its name
-(``all --smoke``: the benchmarks CI runs, in turn; ``NAME --help``: a benchmark's options). The
-GPU suite runs as ``python -m sarathi_lab.measure.gpu``, a task as ``python -m sarathi_lab.run
-task=NAME``."""
+"""``python -m sarathi_lab.measure``: every command it runs, a line each, by group;
+``python -m sarathi_lab.measure NAME [args]`` runs one by its name (commands.py: a benchmark, a
+simulator check, a GPU suite command, an analysis of result files; ``all --smoke``: the benchmarks
+CI runs, in turn; ``NAME --help``: a command's options). A run or sweep is ``python -m
+sarathi_lab.run``, a task ``python -m sarathi_lab.run task=NAME``."""
 from __future__ import annotations
 
 import ast
-import importlib
 import signal
 import sys
 import textwrap
 from pathlib import Path
 
 from sarathi_lab import output_files
-from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
-from sarathi_lab.harness.tasks import task_names
-from sarathi_lab.measure import bench, sim_check, tasks
-from sarathi_lab.measure.bench.case import ALL, NAMES, named
-from sarathi_lab.measure.gpu.plan import STEPS
+from sarathi_lab.measure.commands import COMMANDS, GROUPS, group_of, load, module_file
 
 WIDTH = 100
+MEASURE = "python -m sarathi_lab.measure"
 
 
 def _line(name: str, what: str) -> str:
@@ -27,23 +23,29 @@ def _line(name: str, what: str) -> str:
     return name + textwrap.shorten(what, max(WIDTH - len(name), 20), placeholder=" ...")
 
 
-def _doc_line(package, name: str) -> str:
-    """From the module's docstring, read without importing it (a task may load torch)."""
-    source = (Path(package.__file__).parent / f"{name}.py").read_text()
-    return _line(name, " ".join((ast.get_docstring(ast.parse(source)) or "").split()))
+def _doc_line(name: str, path: Path) -> str:
+    """From the module's docstring, read without importing it (a command may load torch)."""
+    return _line(name, " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split()))
 
 
 def listing() -> str:
-    return "\n".join([
-        __doc__, "", "benchmarks (python -m sarathi_lab.measure NAME):",
-        *(_doc_line(bench, n) for n in NAMES),
-        _line("all", f"{', '.join(ALL)} in turn, with the arguments given (e.g. --smoke)"),
-        "", "simulator checks (python -m sarathi_lab.measure NAME):",
-        *(_doc_line(sim_check, n) for n in sim_check.CHECKS),
-        "", "GPU suite steps (python -m sarathi_lab.measure.gpu --steps NAME):",
-        *(_line(s.name, s.what) for s in STEPS),
-        "", "tasks (python -m sarathi_lab.run task=NAME):",
-        *(_doc_line(tasks, n) for n in task_names())])
+    from sarathi_lab.harness.tasks import task_names
+    from sarathi_lab.measure import tasks
+    from sarathi_lab.measure.bench.case import ALL
+    from sarathi_lab.measure.gpu.plan import STEPS
+
+    lines = [__doc__]
+    for group in GROUPS:
+        lines += ["", f"{group.title} ({MEASURE} NAME):",
+                  *(_doc_line(n, module_file(n)) for n in group.commands)]
+        if group.title == "benchmarks":
+            lines.append(_line("all", f"{', '.join(ALL)} in turn, with the arguments given "
+                                      "(e.g. --smoke)"))
+    folder = Path(tasks.__file__).parent
+    return "\n".join([*lines, "", f"GPU suite steps ({MEASURE} gpu --steps NAME):",
+                      *(_line(s.name, s.what) for s in STEPS),
+                      "", "tasks (python -m sarathi_lab.run task=NAME):",
+                      *(_doc_line(n, folder / f"{n}.py") for n in task_names())])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,17 +54,24 @@ def main(argv: list[str] | None = None) -> int:
         print(listing())
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in (*NAMES, "all", *sim_check.CHECKS):
+    if name not in (*COMMANDS, "all"):
         print(f"error: measurement {name!r} is invalid: allowed are "
-              f"{', '.join([*NAMES, 'all', *sim_check.CHECKS])} "
-              "(python -m sarathi_lab.measure lists them)", file=sys.stderr)
+              f"{', '.join([*COMMANDS, 'all'])} ({MEASURE} lists them)", file=sys.stderr)
         return 2
+    if name != "all" and not group_of(name).interruptible:
+        code = load(name)(rest)
+        return code if isinstance(code, int) else 0  # not a table a caller reads
+    return interruptible(name, rest)
+
+
+def interruptible(name: str, rest: list[str]) -> int:
+    from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
+    from sarathi_lab.measure.bench.case import ALL, named
+
     try:
         with output_files.one_call(), signals_interrupt(signal.SIGINT, signal.SIGTERM):
-            if name in sim_check.CHECKS:
-                importlib.import_module(f"sarathi_lab.measure.sim_check.{name}").main(rest)
-            elif name != "all":
-                named(name).run(rest)
+            if name != "all":
+                load(name)(rest)
             for each in ALL if name == "all" else ():
                 print(f"\n===== {each} =====", flush=True)
                 named(each).run(own_out(rest, each))

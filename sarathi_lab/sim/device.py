@@ -22,7 +22,7 @@ DEVICES_DIR = Path(__file__).with_name("devices")
 GPU_DEVICES = tuple(sorted(p.stem for p in DEVICES_DIR.glob("*.yaml")))
 DEVICES = (*GPU_DEVICES, "cpu")
 CEILING_FIELDS = ("copy_gbps", "matmul_gflops")
-MEASURE_COMMAND = "python -m sarathi_lab.measure.profiling.cpu_ceilings"
+MEASURE_COMMAND = "python -m sarathi_lab.measure cpu_ceilings"
 CEILINGS_ENV = "SARATHI_CPU_CEILINGS"
 
 

@@ -19,9 +19,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return action.help if plain else super()._get_help_string(action)
 
 
-def bench_parser(spec, doc: str) -> cli_args.Parser:
-    """Described by its docstring's first paragraph."""
-    return cli_args.Parser(prog=f"python -m {spec.name}", description=doc.split("\n\n")[0],
+def bench_parser(name: str, doc: str) -> cli_args.Parser:
+    """``python -m sarathi_lab.measure NAME``'s, described by its docstring's first paragraph."""
+    return cli_args.Parser(prog=f"python -m sarathi_lab.measure {name}",
+                           description=doc.split("\n\n")[0],
                            formatter_class=HelpFormatter)
 
 

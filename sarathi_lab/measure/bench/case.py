@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sarathi_lab import output_files, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.measure.bench.args import bench_parser, table_path, thread_count
 
-# Every case, by name, in the listing's order; a case is the CASE of the bench module so named.
-NAMES = ("ceilings", "iteration", "overhead", "host_path", "plan_cost", "versus",
-         "attention_reread", "sampling", "tp_wire")
-# `all` runs these; attention_reread and the others are left to their own names.
+# `all` runs these; attention_reread and the others are left to their own names (every case is
+# registered in measure/commands.py, the CASE of the bench module so named).
 ALL = ("ceilings", "iteration", "overhead", "versus", "sampling")
 # The options a case may share with the others, parsed here and nowhere else.
 SHARED = ("device", "dtype", "threads", "clock", "cpu_linear")
@@ -115,7 +113,7 @@ def parser(case: Case) -> argparse.ArgumentParser:
     from sarathi_lab.host_features import resolve_device
     from sarathi_lab.measure.profiling import isa
 
-    p = bench_parser(argparse.Namespace(name=f"sarathi_lab.measure {case.name}"), case.doc)
+    p = bench_parser(case.name, case.doc)
     shared = {
         "device": {"type": device_arg, "default": resolve_device("auto")},
         "dtype": {"choices": ["auto", *DTYPES], "default": "auto",
@@ -131,17 +129,14 @@ def parser(case: Case) -> argparse.ArgumentParser:
     for name in (n for n in SHARED if n in case.shared):
         p.add_argument(f"--{name.replace('_', '-')}", **shared[name])
     case.knobs(p)  # after the shared ones: a case may set their defaults
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny sizes that finish in seconds (CI); "
-                        "options given on the command line keep their value")
+    cli_args.shared(p, smoke="tiny sizes that finish in seconds (CI); options given on the "
+                    "command line keep their value",
+                    out="also write the table to this file (.csv or .json)", out_type=table_path,
+                    force="replace an --out file another benchmark, device or scale wrote")
     p.add_argument("--dry", action="store_true",
                    help="--smoke on the CPU with one thread, wherever the case has those options")
     p.add_argument("--isa", choices=isa.KINDS, help="run as this x86 machine kind would, on this "
                    "CPU (docs/benchmarks.md); the machine's line names it")
-    p.add_argument("--out", type=table_path,
-                   help="also write the table to this file (.csv or .json)")
-    p.add_argument("--force", action="store_true",
-                   help="replace an --out file another benchmark, device or scale wrote")
     return p
 
 

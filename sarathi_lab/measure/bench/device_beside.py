@@ -81,7 +81,7 @@ def sim_rows() -> list[dict]:
 
 def markdown(gpu_docs: Path, rows: list[dict]) -> str:
     lines = ["# The paper's device beside ours", "",
-             ("Written by `python -m sarathi_lab.measure.bench.device_beside`; read beside each "
+             ("Written by `python -m sarathi_lab.measure device_beside`; read beside each "
              "lease's `docs/gpu/<device>/<lease>.attribution.md`."), "",
              ("Ridge point: the tokens from which a bf16 GEMM is compute-bound (matmul rate / "
               "memory rate; `measure/bench/device_beside.py`). Data sheets from "
@@ -130,19 +130,17 @@ def moves(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.bench.device_beside",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure device_beside",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu-docs", type=Path, default=REPO_ROOT / "docs" / "gpu",
                         help="the leases' folders")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "sim",
-                        help="where the page goes")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a page or table another command wrote in OUT")
+    cli_args.shared(parser, out="where the page goes", out_default=REPO_ROOT / "docs" / "sim",
+                    force="replace a page or table another command wrote in OUT")
     args = parser.parse_args(argv)
     made = provenance.Provenance("simulated A6000 and H100 (floor, roofline, calibrated); data "
                                  "sheets; "
                                  "leases' env steps",
-                                 writer="python -m sarathi_lab.measure.bench.device_beside")
+                                 writer="python -m sarathi_lab.measure device_beside")
     out = output_files.Outputs(args.out, dict.fromkeys(("device_beside.csv", "device_beside.md"),
                                                        made),
                                given=f"--out={args.out}", force=args.force,
@@ -163,7 +161,3 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

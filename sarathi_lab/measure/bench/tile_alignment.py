@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from pathlib import Path
 
 import pandas as pd
 
@@ -51,13 +50,13 @@ def sweep(cases=CASES, chunk: int = 256, seq_lens=SEQ_LENS,
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = cli_args.Parser(prog="python -m sarathi_lab.measure.bench.tile_alignment",
+    p = cli_args.Parser(prog="python -m sarathi_lab.measure tile_alignment",
                         description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=DOCS / "tile_alignment.csv")
-    p.add_argument("--force", action="store_true", help="replace a table another command wrote")
+    cli_args.shared(p, out="the table (.csv)", out_default=DOCS / "tile_alignment.csv",
+                    force="replace a table another command wrote")
     args = p.parse_args(argv)
     prov = provenance.Provenance("computed: simulated decode speedup by chunk alignment",
-                                 writer="python -m sarathi_lab.measure.bench.tile_alignment")
+                                 writer="python -m sarathi_lab.measure tile_alignment")
     out = output_files.Outputs(args.out.parent, {args.out.name: prov}, given=f"--out={args.out}",
                                force=args.force,
                                how="--force replaces it; --out FILE writes elsewhere")
@@ -77,7 +76,3 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     except output_files.OutputRefused as e:
         p.error(str(e))
     return table
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,7 @@ docs/gpu/<device>/<lease>/ (summary, claims, step results, figures, lease.json) 
 profiles/<device>/<lease>/, the lease being <date>_<commit> of its steps; then docs/gpu/leases.md,
 the index of every lease kept. Never the raw run folders.
 
-    python -m sarathi_lab.measure.gpu.collect .gpu/suite.tar.gz [--root DIR] [--force]
+    python -m sarathi_lab.measure gpu_collect .gpu/suite.tar.gz [--root DIR] [--force]
 """
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ def collect(archive: Path, root: Path = REPO_ROOT, force: bool = False) -> list[
     record = gpu_records.lease(record, f"{label}'s {LEASE}")
     prov = provenance.Provenance("measured GPU", machine=machine, lease=lease,
                                  commit=record["commit"],
-                                 writer="python -m sarathi_lab.measure.gpu.collect")
+                                 writer="python -m sarathi_lab.measure gpu_collect")
     files = {target: contents[name] for name, target in targets.items()}
     files[docs / LEASE] = (json.dumps(record, indent=1) + "\n").encode()
     provenance.check(dict.fromkeys(files, prov), force,
@@ -274,19 +274,19 @@ def index_text(root: Path, new: dict | None = None) -> str:
                     f"{gpu_records.cell(lease['engine'])} | {steps} | {profile} |")
     return ("# GPU suite leases\n\nOne folder per lease, `docs/gpu/<device>/<lease>/` (lease: the "
             "date and the commit its steps ran at), written by `python -m "
-            "sarathi_lab.measure.gpu.collect`, which also writes this index; the simulator reads "
+            "sarathi_lab.measure gpu_collect`, which also writes this index; the simulator reads "
             "the newest lease's profiles of a device unless told one (`SARATHI_PROFILE_LEASE`)."
             "\n\n| device | lease | engine commit | engine | steps | profiles |\n"
             "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.gpu.collect",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure gpu_collect",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("archive", type=Path, help="suite.tar.gz as a GPU call brought it back")
     parser.add_argument("--root", type=Path, default=REPO_ROOT,
                         help="the folder that holds docs/ and profiles/ (default: this clone)")
-    parser.add_argument("--force", action="store_true", help="replace files another lease wrote")
+    cli_args.shared(parser, force="replace files another lease wrote")
     args = parser.parse_args(argv)
     try:
         written = collect(args.archive, args.root, args.force)
@@ -294,7 +294,3 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(e))
     for path in written:
         print(path.relative_to(args.root) if path.is_relative_to(args.root) else path)
-
-
-if __name__ == "__main__":
-    main()

@@ -45,7 +45,7 @@ def out_dir(out: Path | None, dry_run: bool) -> Path:
     out = out or ROOT / folder
     if out.resolve().is_relative_to((REPO_ROOT / "docs").resolve()):
         raise ValueError(f"--out={out} is invalid: --own writes outputs, never into docs/ (python "
-                         "-m sarathi_lab.analysis.publish keeps results there, checking what it "
+                         "-m sarathi_lab.measure publish keeps results there, checking what it "
                          "would replace)")
     return out
 

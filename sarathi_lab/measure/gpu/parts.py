@@ -4,7 +4,7 @@ began and after its last ended, read from sweep.log) and each job's seconds (its
 next's), with, from its run folder, the run's own seconds (metrics.json's wall_time_s), its graph
 capture and what its engine built. A step writes its jobs' rows as steps/<step>/jobs.csv; a lease
 collected before that keeps them beside its folder as <lease>.jobs.csv (``python -m
-sarathi_lab.measure.gpu.parts ARCHIVE``). The queue plans each step from these (queue.py)."""
+sarathi_lab.measure gpu_parts ARCHIVE``). The queue plans each step from these (queue.py)."""
 from __future__ import annotations
 
 import csv
@@ -229,7 +229,3 @@ def main(argv: list[str] | None = None) -> int:
     write_rows(path, sorted(rows, key=lambda r: (r["step"], r["job"])))
     print(f"{len(rows)} jobs' parts: {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

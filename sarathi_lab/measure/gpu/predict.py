@@ -3,8 +3,8 @@ of each step (its overlay's overrides, experiment=gpu/NAME, as the GPU sweep exp
 with ``executor=sim`` on each simulated chip under each cost model, one at a time, into
 docs/sim/predictions_<device>_<commit>.csv.
 
-    python -m sarathi_lab.measure.gpu.predict   # h100 and h200, profile and calibrated
-    python -m sarathi_lab.measure.gpu.predict --devices h200 --cost-models profile \
+    python -m sarathi_lab.measure gpu_predict   # h100 and h200, profile and calibrated
+    python -m sarathi_lab.measure gpu_predict --devices h200 --cost-models profile \
         --steps paper.capacity
 
 A row per job and cost model: what the GPU run will measure (median TTFT, P50/P99 TBT, median
@@ -95,14 +95,14 @@ def outputs(args: argparse.Namespace, devices: list[str]) -> output_files.Output
     at = engine_code.short_commit() or "unknown"
     made = {device: provenance.Provenance(
         f"simulated {device.upper()} ({args.cost_models.replace(',', ', ')})", args.steps,
-        commit=at, writer="python -m sarathi_lab.measure.gpu.predict") for device in devices}
+        commit=at, writer="python -m sarathi_lab.measure gpu_predict") for device in devices}
     return output_files.Outputs(args.out, {f"predictions_{d}_{at}.csv": made[d] for d in devices},
                                 given=f"--out={args.out}", force=args.force,
                                 how="--force replaces them; --out DIR writes elsewhere")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.gpu.predict",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure gpu_predict",
                              description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--steps", default=STEPS,
@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--devices", default=",".join(DEVICES),
                         help="simulated chips, comma-separated")
     parser.add_argument("--cost-models", default=",".join(COST_MODELS), help="comma-separated")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "sim",
-                        help="where the CSVs go")
+    cli_args.shared(parser, out="where the CSVs go", out_default=REPO_ROOT / "docs" / "sim")
     parser.add_argument("--work", type=Path, default=None,
                         help="the simulated runs (default: a temporary folder)")
     parser.add_argument("--force", action="store_true", help="replace tables another run wrote")
@@ -137,7 +136,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {path}")
     print(step_totals(table).to_string(index=False, float_format=lambda v: f"{v:.0f}"))
     print("(GPU jobs as each step's overlay, experiment=gpu/NAME, sets them; simulated instead)")
-
-
-if __name__ == "__main__":
-    main()

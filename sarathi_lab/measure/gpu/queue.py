@@ -60,7 +60,7 @@ QUEUE: tuple[Call, ...] = (
          "docs/sim/predictions_<device>_1b71ba5.csv"),
     Call(("profile.llama-13b", "profile.mistral-7b"),
          "the simulator's tables of the graph-replayed engine, and the calibration fitted from "
-         "them (python -m sarathi_lab.measure.sim_check.calibration_cli): per-iteration median "
+         "them (python -m sarathi_lab.measure calibration): per-iteration median "
          "error <= 10% per iteration kind (measure sim_vs_gpu)",
          "measure sim_vs_gpu (the profile's own predictions)"),
     Call(("paper.chunk_batch",),
@@ -348,7 +348,7 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
             lines.append(f"  {p.step.name:36} {p.minutes:5.1f}  {p.source}{cap}")
         shown = call_of[call[0].step.name]
         lines += [f"  shows: {shown.shows}", f"  predictions first: {shown.predictions}"]
-        lines.append("  runs: python -m sarathi_lab.measure.gpu --steps "
+        lines.append("  runs: python -m sarathi_lab.measure gpu --steps "
                      f"{','.join(p.step.name for p in call)} --budget-min {budget_min:g} --restore "
                      "<the last call's suite.tar.gz>")
     if too_long:
@@ -356,10 +356,10 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
                      + ", ".join(f"{p.step.name} ({p.minutes:g} min)" for p in too_long))
     if not calls and not too_long:
         lines.append("\nnothing due: every step is done at this engine code")
-    lines.append("\nafter each call: python -m sarathi_lab.measure.gpu.collect <its suite.tar.gz>, "
+    lines.append("\nafter each call: python -m sarathi_lab.measure gpu_collect <its suite.tar.gz>, "
                  "then each result against its prediction "
-                 "(python -m sarathi_lab.measure.sim_check.sim_vs_gpu; the "
+                 "(python -m sarathi_lab.measure sim_vs_gpu; the "
                  "run's claims.csv) and its floors and attribution (python -m "
-                 "sarathi_lab.measure.sim_check.floor_claims <lease>, then python -m "
-                 "sarathi_lab.analysis.attribute <lease>), then --next again")
+                 "sarathi_lab.measure floor_claims <lease>, then python -m "
+                 "sarathi_lab.measure attribute <lease>), then --next again")
     return "\n".join(lines)

@@ -189,7 +189,7 @@ def claims_markdown(table: pd.DataFrame, out: Path) -> str:
     columns = [c for c in table.columns if table[c].map(_cell).ne("").any()]
     lines = [f"# The paper's claims, measured on {device}", "",
              ("From the runs under `paper/` (`python -m "
-              "sarathi_lab.measure.gpu`); the same rows as `claims.csv`."), "",
+              "sarathi_lab.measure gpu`); the same rows as `claims.csv`."), "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |"
               for _, row in table.iterrows()]

@@ -2,8 +2,8 @@
 installed here, for CPython 3.12 manylinux x86_64, with what they need that its image lacks
 (machine_packages.txt). A package with only a source archive is built here, and kept only if pure.
 
-    python -m sarathi_lab.measure.gpu.wheels            # hydra-core, omegaconf, antlr4 into .whl/
-    python -m sarathi_lab.measure.gpu.wheels --wandb    # also wandb and what it needs
+    python -m sarathi_lab.measure gpu_wheels            # hydra-core, omegaconf, antlr4 into .whl/
+    python -m sarathi_lab.measure gpu_wheels --wandb    # also wandb and what it needs
 """
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def download(names: list[str], dest: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.measure.gpu.wheels",
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.measure gpu_wheels",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--dest", type=Path, default=Path(".whl"),
                         help="where the wheels go (git-ignored)")
@@ -119,7 +119,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{w.stat().st_size / 2**20:6.2f} MiB  {w.name}")
     print(f"{len(wheels)} wheels, {total / 2**20:.1f} MiB in {args.dest}/: copy them to the GPU "
           "machine with the checkout")
-
-
-if __name__ == "__main__":
-    main()

@@ -91,7 +91,3 @@ def _run(job: dict, steps: dict[str, Step], out: Path, deadline: float | None, s
     state.write_summary(out, list(steps), suite)
     state.export(out, export)
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 rate at the benchmarks' sizes, written with the machine, threads and time of the measurement to
 the file sim/device.py reads, so that a simulation measures nothing.
 
-    python -m sarathi_lab.measure.profiling.cpu_ceilings [--dtype bfloat16]
+    python -m sarathi_lab.measure cpu_ceilings [--dtype bfloat16]
 """
 from __future__ import annotations
 
@@ -85,7 +85,3 @@ def main(argv: list[str] | None = None) -> dict:
           f"copy {entry['copy_gbps']:.3g} GB/s, matmul {entry['matmul_gflops']:.3g} GFLOP/s "
           f"with {entry['threads']} threads")
     return entry
-
-
-if __name__ == "__main__":
-    main()

@@ -44,7 +44,7 @@ def markdown(found: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.profiling.floor_table",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure floor_table",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", type=Path, required=True,
                         help="an env step's env.json (read_gbps or copy_gbps, matmul_tflops)")
@@ -60,7 +60,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{env.get('device', '?')}: {which} {gbps:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s\n")
     print(markdown(rows(gbps, tflops)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

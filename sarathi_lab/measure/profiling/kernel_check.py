@@ -5,18 +5,13 @@ suite's kernels step reads from ``--json``, and the lines a person reads.
 The GPU half of the CPU tests: Triton's interpreter cannot see bf16 tl.dot, tf32 or real tiling."""
 from __future__ import annotations
 
-import os
-import sys
-
-# We want compiled kernels here; Triton decides when the kernels are imported, just below.
-if __name__ == "__main__" and os.environ.get("TRITON_INTERPRET") == "1":
-    sys.exit("TRITON_INTERPRET=1 is set: unset it, this check runs the compiled kernels")
-
 import argparse
 import dataclasses
 import itertools
 import json
+import os
 import random
+import sys
 from pathlib import Path
 
 import torch
@@ -244,7 +239,11 @@ def _save(record: KernelCheck, path: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # Compiled kernels are checked here; with this set, Triton chose its interpreter at import.
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        sys.exit("TRITON_INTERPRET=1 is set: unset it, this check runs the compiled kernels")
+    parser = argparse.ArgumentParser(prog="python -m sarathi_lab.measure kernel_check",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one correctness case per dtype")
     parser.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="dtype of the timings")
     parser.add_argument("--json", type=Path,
@@ -264,7 +263,3 @@ def main(argv: list[str] | None = None) -> int:
     _save(record, args.json)
     print("all checks passed" if record.ok else "SOME CHECKS FAILED")
     return 0 if record.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

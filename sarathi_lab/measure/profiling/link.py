@@ -84,7 +84,7 @@ def measure(cores: list[int] | None = None, sizes=SIZES, rounds: int = ROUNDS,
 def main(argv: list[str] | None = None) -> None:
     from sarathi_lab import cli_args
 
-    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.profiling.link",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure link",
                              description=__doc__.splitlines()[0])
     parser.add_argument("--cores", default=None, help="two cores to pin the processes to, e.g. 0,1")
     args = parser.parse_args(argv)
@@ -99,7 +99,3 @@ def main(argv: list[str] | None = None) -> None:
     link = measure(cores)
     print(" ".join(f"{n} B: {s * 1e6:.0f} us;" for n, s in zip(link.sizes, link.seconds)),
           link.describe())
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""``python -m sarathi_lab.measure.sim_check.calibration_cli``: fits every measured GPU's
+"""``python -m sarathi_lab.measure calibration``: fits every measured GPU's
 calibration (calibration.fit; refitted by calibration.fit_lease to the newest GPU lease's kernel
 tables) and writes it into its device file, keeping everything above the marker line as written
 (``--out DIR``: the device files written there instead)."""
@@ -19,7 +19,7 @@ from sarathi_lab.sim import gpu_kernels
 from sarathi_lab.sim.calibration import Calibration, fit, fit_lease
 from sarathi_lab.sim.device import DEVICES_DIR, GPU_DEVICES, load_device
 
-MARKER = "# ---- calibration: written by python -m sarathi_lab.measure.sim_check.calibration_cli"
+MARKER = "# ---- calibration: written by python -m sarathi_lab.measure calibration"
 # A lease's tables: the ``tune`` step's cuBLAS projections, the ``attention`` step's engine
 # attention, read as gpu_kernels.py's rows.
 LEASES_DIR = REPO_ROOT / "docs" / "gpu"
@@ -116,17 +116,16 @@ def outputs(cals: dict[str, Calibration], out: Path, force: bool) -> output_file
     made = {f"{device}.yaml": provenance.Provenance(
         "computed: calibration fitted to measured GPU kernels",
         lease=next((f.split()[1] for f in cal.fitted_from if f.startswith("lease ")), ""),
-        writer="python -m sarathi_lab.measure.sim_check.calibration_cli")
+        writer="python -m sarathi_lab.measure calibration")
         for device, cal in cals.items()}
     return output_files.Outputs(out, made, given=f"--out={out}", force=force,
                                 how="--force replaces them; --out DIR writes elsewhere")
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = cli_args.Parser(description=__doc__)
-    p.add_argument("--out", type=Path, default=DEVICES_DIR, help="where the device files go")
-    p.add_argument("--force", action="store_true",
-                   help="replace device files of another provenance")
+    p = cli_args.Parser(prog="python -m sarathi_lab.measure calibration", description=__doc__)
+    cli_args.shared(p, out="where the device files go", out_default=DEVICES_DIR,
+                    force="replace device files of another provenance")
     args = p.parse_args(argv)
     try:
         output_files.Outputs(args.out, {}, given=f"--out={args.out}").check()
@@ -140,6 +139,3 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         p.error(str(e))
 
-
-if __name__ == "__main__":
-    main()

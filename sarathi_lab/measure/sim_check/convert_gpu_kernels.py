@@ -1,5 +1,5 @@
 """Converts the vidur project's measured GPU kernel profiles into the simulator's kernel tables,
-once: ``python -m sarathi_lab.measure.sim_check.convert_gpu_kernels --vidur <vidur git dir>
+once: ``python -m sarathi_lab.measure convert_gpu_kernels --vidur <vidur git dir>
 --attention <csv>``
 (what is kept and why: data/gpu_kernels/README.md)."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ MODELS = {"meta-llama/Llama-2-7b-hf": ("llama2-7b", 32),
           "internlm/internlm-20b": ("internlm-20b", 60), "Qwen/Qwen-72B": ("qwen-72b", 80),
           "microsoft/phi-2": ("phi-2", 32), "meta-llama/Meta-Llama-3-8B": ("llama3-8b", 32),
           "meta-llama/Meta-Llama-3-70B": ("llama3-70b", 80)}
-WRITER = "python -m sarathi_lab.measure.sim_check.convert_gpu_kernels"
+WRITER = "python -m sarathi_lab.measure convert_gpu_kernels"
 DEVICES = ("a100", "h100", "a40")
 # A DGX, whose every GPU pair is on NVLink (data/gpu_kernels/README.md).
 ALL_REDUCE_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}
@@ -140,13 +140,14 @@ def converted(vidur: Path, attention: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = cli_args.Parser(description=__doc__,
+    p = cli_args.Parser(prog="python -m sarathi_lab.measure convert_gpu_kernels",
+                        description=__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vidur", type=Path, required=True,
                    help="a clone (or bare git dir) of microsoft/vidur")
     p.add_argument("--attention", type=Path, required=True, help="a100_llama2_7b_attention.csv")
-    p.add_argument("--out", type=Path, default=DATA_DIR)
-    p.add_argument("--force", action="store_true", help="replace tables of another provenance")
+    cli_args.shared(p, out="the simulator's kernel tables' folder", out_default=DATA_DIR,
+                    force="replace tables of another provenance")
     args = p.parse_args(argv)
     if not args.attention.is_file():
         p.error(f"--attention={args.attention} is invalid: no such file")
@@ -170,6 +171,3 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--vidur={args.vidur} or --attention={args.attention} is invalid: a table lacks "
                 f"what is converted ({type(e).__name__}: {e})")
 
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 result.json kept) rerun on the simulator's floor cost model at the lease's device, judged by the
 paper result's own claims:
 
-    python -m sarathi_lab.measure.sim_check.floor_claims docs/gpu/h200/2026-11-27_9e2ae41
+    python -m sarathi_lab.measure floor_claims docs/gpu/h200/2026-11-27_9e2ae41
 
 writes ``<lease>.floor_claims.csv`` beside the lease's folder, which stays as collected. The
 attribution reads it: a claim the device's floors allow and our run misses is our engine's."""
@@ -105,16 +105,15 @@ def floor_rows(folder: Path, root: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.sim_check.floor_claims",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure floor_claims",
                              description=__doc__.split("\n\n")[0])
     parser.add_argument("lease", type=Path, help="a lease's folder under docs/gpu/<device>/")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a file beside the lease that another writer wrote")
+    cli_args.shared(parser, force="replace a file beside the lease that another writer wrote")
     args = parser.parse_args(argv)
     lease = args.lease.resolve()
     made = provenance.Provenance(f"simulated {lease.parent.name.upper()} ({COST_MODEL})",
                                  lease=lease.name,
-                                 writer="python -m sarathi_lab.measure.sim_check.floor_claims")
+                                 writer="python -m sarathi_lab.measure floor_claims")
     try:
         out = gpu_records.derived_outputs(lease, (gpu_records.FLOOR_CLAIMS,), made, args.force)
         out.check()
@@ -138,7 +137,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['experiment']}, {r['claim']}: {r['floors']} ({r['holds']})")
     print(f"wrote {written}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

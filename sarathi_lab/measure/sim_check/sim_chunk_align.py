@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = cli_args.Parser(prog=WRITER, description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=Path, help="a results root holding both simulated sweeps "
                                              "(default: run them into a temporary folder)")
-    p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--force", action="store_true", help="replace a table another command wrote")
+    cli_args.shared(p, out="the table (.csv)", out_default=OUT,
+                    force="replace a table another command wrote")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sim_chunk_align-") as scratch:
         root = args.runs or Path(scratch)
@@ -139,6 +139,3 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         p.error(str(e))
     return found
 
-
-if __name__ == "__main__":
-    main()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab import output_files, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.bench.args import bench_parser
@@ -103,16 +103,12 @@ def draw(iterations: pd.DataFrame, errors: pd.DataFrame, path: Path | None = Non
 
 
 def _parser():
-    parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--smoke", action="store_true",
-                        help="one device, two models, a few token counts")
+    parser = bench_parser("sim_fidelity", __doc__)
+    cli_args.shared(parser, smoke="one device, two models, a few token counts",
+                    out="directory of the CSVs and the figure", out_default=DOCS,
+                    force="replace tables of another scale or of other GPU leases' profiles in OUT")
     parser.add_argument("--devices", nargs="+", choices=gpu_kernels.measured_devices())
     parser.add_argument("--models", nargs="+", choices=gpu_kernels.model_shapes().index.tolist())
-    parser.add_argument("--out", type=Path, default=DOCS,
-                        help="directory of the CSVs and the figure")
-    parser.add_argument("--force", action="store_true",
-                        help="replace tables of another scale or of other GPU leases' profiles "
-                             "in OUT")
     return parser
 
 
@@ -133,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         launches = launch_results()
         prov = provenance.Provenance("computed: cost models against measured kernels and engine "
                                      "profiles", scale, lease=leases_read(launches),
-                                     writer="python -m sarathi_lab.measure.sim_check.sim_fidelity")
+                                     writer="python -m sarathi_lab.measure sim_fidelity")
         out = output_files.Outputs(args.out, dict.fromkeys(OUTPUTS, prov),
                                    given=f"--out={args.out}", force=args.force,
                                    how="--force replaces them; --out DIR writes elsewhere")
@@ -310,7 +306,3 @@ def draw_engine(ops: pd.DataFrame, iterations: pd.DataFrame, errors: pd.DataFram
     if path is not None:
         fig.savefig(path, dpi=90)
     return fig
-
-
-if __name__ == "__main__":
-    main()

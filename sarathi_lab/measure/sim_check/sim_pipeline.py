@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sarathi_lab import code_commit, output_files, provenance, sim
+from sarathi_lab import cli_args, code_commit, output_files, provenance, sim
 from sarathi_lab.analysis.paper_results.pipeline_bubbles import PAPER
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import BlockManager, blocks_for
@@ -282,12 +282,11 @@ def write(setup: PipelineSetup, summary: pd.DataFrame, table: pd.DataFrame,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--smoke", action="store_true", help="300 requests instead of 10,000")
-    parser.add_argument("--out", type=Path, help="default docs/sim (smoke: ./sim_pipeline_smoke)")
+    parser = bench_parser("sim_pipeline", __doc__)
+    cli_args.shared(parser, smoke="300 requests instead of 10,000",
+                    out="default docs/sim (smoke: ./sim_pipeline_smoke)",
+                    force="replace tables of another request count in OUT")
     parser.add_argument("--requests", type=positive_int)
-    parser.add_argument("--force", action="store_true",
-                        help="replace tables of another request count in OUT")
     args = parser.parse_args(argv)
     out = args.out or (Path("sim_pipeline_smoke") if args.smoke else REPO_ROOT / "docs" / "sim")
     setup = PipelineSetup(requests=args.requests or (300 if args.smoke else 10_000))
@@ -312,7 +311,3 @@ def main(argv: list[str] | None = None) -> None:
           f"wrote {out}")
     # As the committed tables read back, which the docs quote.
     print(markdown(*(pd.read_csv(out / name) for name in FILES[1:3])))
-
-
-if __name__ == "__main__":
-    main()

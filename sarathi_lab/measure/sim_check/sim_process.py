@@ -50,7 +50,7 @@ def run_once(checkout: Path, trace: Path, out: Path,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = bench_parser(__spec__, __doc__)
+    parser = bench_parser("sim_process", __doc__)
     parser.add_argument("--requests", type=positive_int, default=4096)
     parser.add_argument("--runs", type=positive_int, default=5, help="runs of each checkout")
     parser.add_argument("--against", type=Path, help="another checkout (e.g. `git worktree add "
@@ -86,7 +86,3 @@ def main(argv: list[str] | None = None) -> None:
               f"results {'identical' if same else 'DIFFER'}")
         if not same:
             raise SystemExit(1)
-
-
-if __name__ == "__main__":
-    main()

@@ -55,7 +55,7 @@ def digest(metrics) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = bench_parser(__spec__, __doc__)
+    parser = bench_parser("sim_speed", __doc__)
     parser.add_argument("--requests", type=positive_int, default=10_000)
     parser.add_argument("--model", default="llama2-7b")
     parser.add_argument("--device", choices=DEVICES, default="a100")
@@ -90,6 +90,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"digest {speed.digest}")
     if args.profile:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
-
-if __name__ == "__main__":
-    main()

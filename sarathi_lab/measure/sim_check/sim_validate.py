@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from sarathi_lab import output_files, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.config import KV_WATERMARK, REPO_ROOT, EngineConfig
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.engine.clock import Clock, CPUClock, WallClock
@@ -279,22 +279,20 @@ def validation_provenance(smoke: bool) -> provenance.Provenance:
     return provenance.Provenance("measured CPU against simulated CPU (profile)",
                                  "ci" if smoke else "full", machine=machine_record().get("cpu", ""),
                                  commit=provenance.commits([source_commit()[0]]),
-                                 writer="python -m sarathi_lab.measure.sim_check.sim_validate")
+                                 writer="python -m sarathi_lab.measure sim_validate")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = bench_parser(__spec__, __doc__)
-    parser.add_argument("--smoke", action="store_true",
-                        help="model tiny at CI size (profile into OUT)")
-    parser.add_argument("--out", type=Path, help="where the table and figure go (default docs/sim)")
+    parser = bench_parser("sim_validate", __doc__)
+    cli_args.shared(parser, smoke="model tiny at CI size (profile into OUT)",
+                    out="where the table and figure go (default docs/sim)",
+                    force="replace a validation of another scale, machine or commit in OUT")
     parser.add_argument("--reprofile", action="store_true",
                         help="measure the profile again even if one exists")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="what the real engine and the profile are timed on: CPUClock "
                              "(default; this machine's cores are shared) or the wall clock (files "
                              "get a _wall suffix)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a validation of another scale, machine or commit in OUT")
     args = parser.parse_args(argv)
     cpu_clock = args.clock == "cpu"
     suffix = "" if cpu_clock else "_wall"
@@ -342,7 +340,3 @@ def main(argv: list[str] | None = None) -> None:
     except output_files.OutputRefused as e:
         parser.error(str(e))
     print(f"wrote {out / f'validation{suffix}.csv'} ({len(table)} cases)")
-
-
-if __name__ == "__main__":
-    main()

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import pandas as pd
 from omegaconf import DictConfig
 
-from sarathi_lab import output_files, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import claims, derive
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import PREDICTING_COST_MODELS, REPO_ROOT, ConfigError
@@ -243,7 +243,7 @@ def comparison_provenance(runs: list[Path], device: str, cost_models=PREDICTING_
     return provenance.Provenance(f"simulated {device} ({'+'.join(cost_models)}) against measured "
                                  f"runs ({engine_kind(envs)})", machine=machine, lease=lease,
                                  commit=commit,
-                                 writer="python -m sarathi_lab.measure.sim_check.sim_vs_gpu")
+                                 writer="python -m sarathi_lab.measure sim_vs_gpu")
 
 
 def _shown(path: Path) -> str:
@@ -317,14 +317,18 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = bench_parser(__spec__, __doc__)
+    parser = bench_parser("sim_vs_gpu", __doc__)
     parser.add_argument("--runs", type=Path, help="the measured runs' results root (required "
                         "unless --smoke): <experiment>/multiruns/<sweep>/<job>/")
     parser.add_argument("--lease", help="the GPU lease the runs come from, <date>_<commit> as "
                         "docs/gpu/<device>/<lease>/ names it: names the output folder and is "
                         "recorded")
-    parser.add_argument("--out", type=Path, help="where the tables and figure go "
-                        "(default docs/sim/vs_gpu/<device>_<lease>; with --smoke sim_vs_gpu_smoke)")
+    cli_args.shared(parser, smoke="measure tiny runs and a profile on this CPU first and compare "
+                                  "against them (device cpu)",
+                    out="where the tables and figure go (default "
+                        "docs/sim/vs_gpu/<device>_<lease>; with --smoke sim_vs_gpu_smoke)",
+                    force="replace a comparison of other runs (another machine, lease or commit) "
+                          "in OUT")
     parser.add_argument("--work", type=Path, help="where the simulated runs and every compared "
                         "iteration (points.csv) go (default outputs/sim_vs_gpu; with --smoke "
                         "OUT/work)")
@@ -333,12 +337,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cost-model", type=names_of(PREDICTING_COST_MODELS),
                         default=list(PREDICTING_COST_MODELS), help="the cost models to compare, "
                         "comma-separated; one the device cannot run is reported")
-    parser.add_argument("--smoke", action="store_true",
-                        help="measure tiny runs and a profile on this CPU first "
-                        "and compare against them (device cpu)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a comparison of other runs (another machine, lease or "
-                             "commit) in OUT")
     return parser
 
 
@@ -389,7 +387,3 @@ def _write(result: Comparison, runs: Path, out: output_files.Outputs, work: Path
         report.figure(points, errors, table, gain, title(ran), figure)
         out.add("errors.png", figure.getvalue())
     return out.write(), ran, errors
-
-
-if __name__ == "__main__":
-    main()

@@ -13,7 +13,7 @@ from sarathi_lab.measure.gpu.state import Metric
 from sarathi_lab.measure.gpu.steps.env import ceilings
 from sarathi_lab.measure.profiling.kernel_record import KernelCheck
 
-CHECK_MODULE = "sarathi_lab.measure.profiling.kernel_check"
+CHECK = ("sarathi_lab.measure", "kernel_check")  # python -m, as a user starts it
 FLOOR_TARGET = 1.5
 # Decode-only batches: their time is reading the KV cache.
 DECODE_CASE = " decodes x "
@@ -63,7 +63,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     log, result = ctx.dir / "check_gpu.log", ctx.dir / "kernel_check.json"
     result.unlink(missing_ok=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", CHECK_MODULE, "--json", str(result)],
+        proc = subprocess.run([sys.executable, "-m", *CHECK, "--json", str(result)],
                               cwd=REPO_ROOT, env=env,
                               capture_output=True, text=True, timeout=ctx.seconds_left(),
                               check=False)

@@ -1,13 +1,13 @@
-"""python -m sarathi_lab.measure.gpu: the GPU suite, resumable step by step (docs/gpu/README.md).
+"""python -m sarathi_lab.measure gpu: the GPU suite, resumable step by step (docs/gpu/README.md).
 
-    python -m sarathi_lab.measure.gpu --plan     # steps, expected minutes, how they fill calls
-    python -m sarathi_lab.measure.gpu --next --budget-min 9  # what is due, most valuable first
+    python -m sarathi_lab.measure gpu --plan     # steps, expected minutes, how they fill calls
+    python -m sarathi_lab.measure gpu --next --budget-min 9  # what is due, most valuable first
     # the queue's head:
-    python -m sarathi_lab.measure.gpu --next --run --budget-min 9 --restore .gpu/suite.tar.gz
-    python -m sarathi_lab.measure.gpu --dry-run              # every step on the CPU at tiny shapes
+    python -m sarathi_lab.measure gpu --next --run --budget-min 9 --restore .gpu/suite.tar.gz
+    python -m sarathi_lab.measure gpu --dry-run              # every step on the CPU at tiny shapes
     # on the GPU machine:
-    python -m sarathi_lab.measure.gpu --out outputs/gpu --restore .gpu/suite.tar.gz
-    python -m sarathi_lab.measure.gpu --own  # your own GPU: the paper's setting, no budget
+    python -m sarathi_lab.measure gpu --out outputs/gpu --restore .gpu/suite.tar.gz
+    python -m sarathi_lab.measure gpu --own  # your own GPU: the paper's setting, no budget
 
 The driver does no device work: a worker process runs the steps, and a fresh one follows a worker
 that dies, so a crash or a broken CUDA context costs one step, not the call.
@@ -67,7 +67,7 @@ def run_worker(job: dict, watch: own.Progress | None = None) -> int:
     # Weights drawn in float32, cast one by one: freed pages return before the KV cache.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "PYTHONUNBUFFERED": "1"} | dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.measure.gpu.worker",
+    proc = subprocess.Popen([sys.executable, "-m", "sarathi_lab.measure", "gpu_worker",
                              json.dumps(job)],
                             cwd=REPO_ROOT, env=env, start_new_session=True)
     deadline = job["deadline"]
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = cli_args.Parser(prog="python -m sarathi_lab.measure.gpu",
+    parser = cli_args.Parser(prog="python -m sarathi_lab.measure gpu",
                              description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--plan", action="store_true",
@@ -186,9 +186,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="every step on the CPU at tiny shapes")
     parser.add_argument("--steps", default=None,
                         help="comma-separated steps or groups (default: all)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results (default outputs/gpu, or outputs/gpu-dry; --own: "
-                             "outputs/paper_gpu/<device>/)")
+    cli_args.shared(parser, out="results (default outputs/gpu, or outputs/gpu-dry; --own: "
+                                "outputs/paper_gpu/<device>/)")
     parser.add_argument("--budget-min", type=float, default=None,
                         help=f"minutes this call may run steps (default {GPU_BUDGET_MIN:g} on a "
                              "GPU, none dry)")
@@ -338,7 +337,3 @@ def exit_code(out: Path, names: list[str]) -> int:
     if any(s != "failed" for s in map(status.get, left)):
         return 3
     return 1 if left else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
