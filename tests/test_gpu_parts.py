@@ -12,7 +12,7 @@ import pytest
 
 from sarathi_lab.measure.gpu import parts, queue
 from sarathi_lab.measure.gpu.parts import Job, StepParts
-from sarathi_lab.measure.gpu.plan import BY_NAME
+from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "gpu"
@@ -107,7 +107,12 @@ def test_plan_shows_each_paper_steps_set_up_and_jobs_apart():
     planned = queue.plan_steps(queue.kept_runs(DOCS), kept_parts=queue.kept_parts(DOCS))
     speedup = planned["paper.decode_speedup"]
     assert speedup.source.startswith("measured parts: set-up ") and speedup.estimate.jobs == 36
-    assert f"{speedup.minutes:5.1f}" in rows["paper.decode_speedup"]
+    # Run after per_token_cost in one process: its own sweep's set-up, not a process's.
+    steps, grouped = queue.measured(list(STEPS), DOCS)
+    shown = {s.name: s for s in steps}["paper.decode_speedup"]
+    assert grouped["paper.decode_speedup"].process_s == 0 and shown.minutes < speedup.minutes
+    assert f"{shown.minutes:5.1f}" in rows["paper.decode_speedup"]
+    assert "process: llama-13b bfloat16 cuda, one process for 7 paper steps" in done.stdout
     assert planned["paper.capacity.strict"].estimate.source == "planned"
 
 

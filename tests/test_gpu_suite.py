@@ -37,7 +37,7 @@ def suite(*args: str, out_env: Path | None = None, timeout: float = 600,
 
 # Steps whose dry run another test owns, left out of the whole dry run here: tune's by test_tuned_kernels
 # (tune.run on a dry context), and these paper steps' dry jobs by --own's dry run (test_gpu_own: the same
-# dry job, per_token_cost's sweep in a child process). Their lease jobs' check runs below, in process.
+# dry job, per_token_cost's sweep in the worker's process). Their lease jobs' check runs below, in process.
 DRY_RUN_ELSEWHERE = ("tune", "paper.per_token_cost", "paper.tile_quantization", "paper.capacity.strict")
 LEASE_CHECKED_HERE = DRY_RUN_ELSEWHERE[1:]
 
