@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import StepResult
+from sarathi_lab.harness import scales
 from sarathi_lab.measure.gpu import archive_members, engine_code, parts, process_groups, state
 from sarathi_lab.measure.gpu.parts import Estimate, StepParts
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, Step
@@ -135,11 +136,13 @@ def launched_jobs(step: Step) -> list[tuple[str, ...]]:
 
     from sarathi_lab.harness import CONF_DIR
     from sarathi_lab.harness.schema import RunConfig
+    from sarathi_lab.harness.sweep_check import without_excluded
 
     experiment = OmegaConf.load(CONF_DIR / "experiment" / f"{step.arg}.yaml")
     repeat = OmegaConf.select(experiment, "hydra.sweeper.repeat_ignored", default=False)
     task = experiment.get("task", "serve")
-    jobs = [tuple(job) for job in job_overrides(step)]
+    jobs = [tuple(job) for job in without_excluded(exclude_rules(step),
+                                                   [list(j) for j in job_overrides(step)])[0]]
     if repeat:
         return jobs
     kept: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -156,6 +159,14 @@ def launched_jobs(step: Step) -> list[tuple[str, ...]]:
 
         kept.setdefault(tuple(o for o in job if not ignored(o)), job)
     return list(kept.values())
+
+
+def exclude_rules(step: Step) -> list | None:
+    """The step's hydra.sweeper.exclude, as its command line gives it to the sweeper."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = [o for o in step.overrides if o.split("=", 1)[0] == scales.EXCLUDE]
+    return OverridesParser.create().parse_overrides(given)[0].value() if given else None
 
 
 def graph_sets(jobs: list[tuple[str, ...]]) -> int:

@@ -39,7 +39,7 @@ def sweep_argv(step: Step, directory: Path, dry_run: bool = False) -> list[str]:
 def job_overrides(step: Step) -> list[list[str]]:
     """Every job of the GPU sweep as the command line's swept overrides."""
     axes = [[f"{key}={v}" for v in values.split(",")]
-            for key, values in (o.split("=", 1) for o in step.overrides)]
+            for key, values in (o.split("=", 1) for o in step.overrides) if key != scales.EXCLUDE]
     return [[f"experiment={step.arg}", *job] for job in itertools.product(*axes)]
 
 
