@@ -37,3 +37,16 @@ class HoldJob(Callback):
             deadline = time.monotonic() + 300
             while not self.until.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
+
+
+class AlarmAtJob(Callback):
+    """SIGALRM to the sweep's own process as job ``job`` starts: the call's deadline falling between
+    two jobs of a sweep run in the GPU worker's process (measure/gpu/sweep_here.py)."""
+
+    def __init__(self, job: int) -> None:
+        self.job = job
+
+    def on_job_start(self, config, **kwargs) -> None:
+        if config.hydra.job.num == self.job:
+            os.kill(os.getpid(), signal.SIGALRM)
+            time.sleep(30)  # the signal's handler stops the sweep long before

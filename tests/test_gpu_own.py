@@ -22,7 +22,7 @@ from sarathi_lab.measure.gpu.state import StepResult
 from sarathi_lab.measure.gpu.steps.paper import job_overrides, sweep_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-# Cheap in a dry run, and between them a sweep in a child process (per_token_cost), figures that need
+# Cheap in a dry run, and between them a sweep run in the worker's process (per_token_cost), figures that need
 # two results' runs (per_token_cost reads tile_quantization's) and a result split into parts.
 DRY_STEPS = ("env", "paper.per_token_cost", "paper.tile_quantization", "paper.capacity.strict")
 LINE = re.compile(r"^\[own\] (\d+:\d\d:\d\d) elapsed, about (\d+:\d\d:\d\d) left \(\d+% of this run's work done\) "

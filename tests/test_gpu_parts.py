@@ -12,7 +12,7 @@ import pytest
 
 from sarathi_lab.measure.gpu import parts, queue
 from sarathi_lab.measure.gpu.parts import Job, StepParts
-from sarathi_lab.measure.gpu.plan import BY_NAME
+from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "gpu"
@@ -76,24 +76,27 @@ def test_the_kept_leases_give_the_paper_steps_their_parts():
     assert all(j.run_s is None for j in eager.jobs)  # no run folders kept: jobs as measured
 
 
-@pytest.mark.parametrize("name, launched", [("paper.orca_compare", 18), ("paper.pd_ratio", 18),
-                                            ("paper.decode_speedup", 36), ("paper.capacity.strict", 2)])
+@pytest.mark.parametrize("name, launched", [("paper.orca_compare", 12), ("paper.pd_ratio", 18),
+                                            ("paper.decode_speedup", 24), ("paper.chunk_batch", 15),
+                                            ("paper.capacity.strict", 2)])
 def test_a_steps_jobs_are_those_its_sweep_launches(name, launched):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from sarathi_lab.harness import CONF_DIR
-    from sarathi_lab.harness.sweep_check import collapse_ignored
+    from sarathi_lab.harness import CONF_DIR, scales
+    from sarathi_lab.harness.sweep_check import collapse_ignored, without_excluded
 
     step = BY_NAME[name]
     jobs = queue.launched_jobs(step)
     assert len(jobs) == launched
-    # The sweeper's own collapse, on every job composed, is the reference.
+    # The sweeper's own exclusion and collapse, on every job composed, are the reference.
+    exclude = [o for o in step.overrides if o.startswith(scales.EXCLUDE + "=")]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", [f"experiment={step.arg}"], return_hydra_config=True)
-        if OmegaConf.select(cfg, "hydra.sweeper.repeat_ignored"):
-            return
-        kept, _ = collapse_ignored(cfg, [list(job) for job in queue.job_overrides(step)])
+        cfg = compose("config", [f"experiment={step.arg}", *exclude], return_hydra_config=True)
+        kept, _ = without_excluded(cfg.hydra.sweeper.exclude,
+                                   [list(job) for job in queue.job_overrides(step)])
+        if not OmegaConf.select(cfg, "hydra.sweeper.repeat_ignored"):
+            kept, _ = collapse_ignored(cfg, kept)
     assert sorted(map(tuple, kept)) == sorted(jobs)
 
 
@@ -102,12 +105,17 @@ def test_plan_shows_each_paper_steps_set_up_and_jobs_apart():
                           capture_output=True, text=True, timeout=300, check=True)
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("paper.")}
     assert "set-up" in done.stdout.splitlines()[0] and "jobs" in done.stdout.splitlines()[0]
-    assert " 36 x " in rows["paper.decode_speedup"] and " 18 x " in rows["paper.orca_compare"]
+    assert " 24 x " in rows["paper.decode_speedup"] and " 12 x " in rows["paper.orca_compare"]
     assert "paper steps: " in done.stdout and "set-up under 10% of each paper step" in done.stdout
     planned = queue.plan_steps(queue.kept_runs(DOCS), kept_parts=queue.kept_parts(DOCS))
     speedup = planned["paper.decode_speedup"]
-    assert speedup.source.startswith("measured parts: set-up ") and speedup.estimate.jobs == 36
-    assert f"{speedup.minutes:5.1f}" in rows["paper.decode_speedup"]
+    assert speedup.source.startswith("measured parts: set-up ") and speedup.estimate.jobs == 24
+    # Run after per_token_cost in one process: its own sweep's set-up, not a process's.
+    steps, grouped = queue.measured(list(STEPS), DOCS)
+    shown = {s.name: s for s in steps}["paper.decode_speedup"]
+    assert grouped["paper.decode_speedup"].process_s == 0 and shown.minutes < speedup.minutes
+    assert f"{shown.minutes:5.1f}" in rows["paper.decode_speedup"]
+    assert "process: llama-13b bfloat16 cuda, one process for 7 paper steps" in done.stdout
     assert planned["paper.capacity.strict"].estimate.source == "planned"
 
 

@@ -37,7 +37,7 @@ def suite(*args: str, out_env: Path | None = None, timeout: float = 600,
 
 # Steps whose dry run another test owns, left out of the whole dry run here: tune's by test_tuned_kernels
 # (tune.run on a dry context), and these paper steps' dry jobs by --own's dry run (test_gpu_own: the same
-# dry job, per_token_cost's sweep in a child process). Their lease jobs' check runs below, in process.
+# dry job, per_token_cost's sweep in the worker's process). Their lease jobs' check runs below, in process.
 DRY_RUN_ELSEWHERE = ("tune", "paper.per_token_cost", "paper.tile_quantization", "paper.capacity.strict")
 LEASE_CHECKED_HERE = DRY_RUN_ELSEWHERE[1:]
 
@@ -149,7 +149,7 @@ def test_plan_puts_no_step_longer_than_the_budget_in_a_call():
     calls = pack(list(STEPS), 3.0)
     assert all(s.minutes <= 3.0 for call in calls for s in call)
     plan = format_plan(list(STEPS), 3.0)
-    assert ("not started at --budget-min=3: paper.pd_ratio (4.4 min), paper.chunk_batch (7.4 min), "
+    assert ("not started at --budget-min=3: paper.pd_ratio (4.4 min), paper.chunk_batch (4.4 min), "
             "paper.orca_compare (4.1 min)") in plan
     assert "paper.scheduler_latency (8.5 min)" in plan and "paper.capacity.strict (4.5 min)" in plan
     assert "not started" not in format_plan(list(STEPS), 9.0)

@@ -370,6 +370,51 @@ def test_a_swept_key_a_scheduler_ignores_runs_its_jobs_once_and_says_so():
         assert swept_jobs(_composed("task=profile", "chunk=64,128", "scheduler=vllm"))[1] == []
 
 
+def test_a_declared_exclusion_leaves_its_jobs_out_and_says_so():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = _composed("logger=none", "workload.stagger=0,18", "scheduler=static,vllm,sarathi")
+        with read_write(cfg), open_dict(cfg):  # as hydra.sweeper.exclude=[{...}] leaves it
+            cfg.hydra.sweeper.exclude = [{"scheduler": ["static", "vllm"], "workload.stagger": 18}]
+        jobs, notes = swept_jobs(cfg)
+        assert [job[1:] for job in jobs] == [["workload.stagger=0", "scheduler=static"],
+                                             ["workload.stagger=0", "scheduler=vllm"],
+                                             ["workload.stagger=0", "scheduler=sarathi"],
+                                             ["workload.stagger=18", "scheduler=sarathi"]]
+        assert notes == ["hydra.sweeper.exclude[0]: 2 jobs of scheduler=static,vllm workload.stagger=18 left out"]
+
+
+@pytest.mark.parametrize("rules, refused", [
+    ("{chunk:64}", "hydra.sweeper.exclude={'chunk': 64} is invalid: allowed: a list of"),
+    ("[chunk]", "hydra.sweeper.exclude[0]='chunk' is invalid: allowed: a mapping of swept keys"),
+    ("[{}]", "hydra.sweeper.exclude[0]={} is invalid: allowed: a mapping of swept keys"),
+    ("[{seed:1}]", "hydra.sweeper.exclude[0].seed is invalid: seed is not swept here; allowed: chunk, scheduler"),
+    ("[{chunk:[64,99]}]", "hydra.sweeper.exclude[0].chunk=[64, 99] is invalid: the sweep's chunk takes 32, 64"),
+])
+def test_a_malformed_exclusion_is_refused_in_one_line_before_any_job_runs(tmp_path, rules, refused):
+    # A rule that could match no job would leave nothing out, silently: a typo.
+    proc = subprocess.run(_cli("-m", *TINY, "executor=sim", "chunk=32,64", "scheduler=vllm,sarathi",
+                               f"hydra.sweeper.exclude={rules}", f"hydra.sweep.dir={tmp_path / 'sweep'}"),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in output and "Launching" not in output, output[-2000:]
+    assert proc.stderr.splitlines() == [f"error: {proc.stderr.splitlines()[0][7:]}"], output
+    assert refused in proc.stderr, output
+
+
+@pytest.mark.e2e
+def test_a_sweep_launches_none_of_the_jobs_its_exclusion_names(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(_cli("-m", *TINY, "executor=sim", "chunk=32,64", "scheduler=vllm,sarathi",
+                               "hydra.sweeper.exclude=[{scheduler:sarathi,chunk:64}]", f"hydra.sweep.dir={sweep}"),
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-2000:]
+    # vllm reads no chunk: once; sarathi at 64 excluded.
+    assert "Launching 2 jobs" in output
+    assert "hydra.sweeper.exclude[0]: 1 job of scheduler=sarathi chunk=64 left out" in output
+    assert sorted(load_runs(sweep).scheduler) == ["sarathi", "vllm"] and set(load_runs(sweep).chunk) == {32}
+
+
 def test_the_sweeper_composes_again_only_the_jobs_the_preflight_did_not(monkeypatch):
     # Hydra's sweeper composes every job before launching any; the preflight already did, with this loader.
     from types import SimpleNamespace

@@ -68,4 +68,19 @@ def _overrides_of(path: Path) -> list[str]:
         params = sweeper["params"]
         found += ["hydra.sweeper.params=null"] if params is None else \
             [f"{key}={_text(value)}" for key, value in params.items()]
+    if sweeper.get("exclude"):
+        found.append(f"{EXCLUDE}={_grammar(sweeper['exclude'])}")
     return found
+
+
+# The sweeper's rules leaving out jobs of its product (hydra_plugins/.../sweeper.py).
+EXCLUDE = "hydra.sweeper.exclude"
+
+
+def _grammar(value) -> str:
+    """A YAML list or mapping in Hydra's override grammar: [{key:value,key:[a,b]}]."""
+    if isinstance(value, list):
+        return "[" + ",".join(_grammar(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_grammar(v)}" for k, v in value.items()) + "}"
+    return _text(value)

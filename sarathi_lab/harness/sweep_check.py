@@ -38,7 +38,12 @@ class SweepPreflight(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not _basic(config):
             return
-        jobs, notes = swept_jobs(config)
+        try:
+            jobs, notes = swept_jobs(config)
+        except ExcludeRefused as e:
+            from sarathi_lab import cli_args
+
+            cli_args.refuse(str(e))
         for note in notes:
             log.warning("%s", note)
         error = too_many_or_repeated(jobs)
@@ -61,11 +66,91 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
 
 
 def swept_jobs(config: DictConfig) -> tuple[list[list[str]], list[str]]:
-    """The jobs launched (collapsed under our sweeper unless repeat_ignored), and notes."""
+    """The jobs launched (under our sweeper: less those hydra.sweeper.exclude names, collapsed
+    unless repeat_ignored), and notes."""
     jobs = job_overrides(config)
-    if not _is(config.hydra.sweeper, SWEEPER) or config.hydra.sweeper.get("repeat_ignored"):
+    if not _is(config.hydra.sweeper, SWEEPER):
         return jobs, []
-    return collapse_ignored(config, jobs)
+    jobs, notes = without_excluded(config.hydra.sweeper.get("exclude"), jobs)
+    if config.hydra.sweeper.get("repeat_ignored"):
+        return jobs, notes
+    jobs, more = collapse_ignored(config, jobs)
+    return jobs, notes + more
+
+
+class ExcludeRefused(ValueError):
+    """A hydra.sweeper.exclude rule that is no mapping of swept keys to swept values."""
+
+
+def without_excluded(rules: Any, jobs: list[list[str]]) -> tuple[list[list[str]], list[str]]:
+    """``jobs`` less those matching a rule of ``rules`` (hydra.sweeper.exclude: a list of
+    ``{key: value or [values]}``; a job matches a rule where, for each of its keys, the job's value
+    is one of the rule's), and a note per rule; ExcludeRefused for a rule that could match no job
+    (not a mapping, a key the sweep does not sweep, a value it does not take): a typo leaves out
+    nothing, silently."""
+    from sarathi_lab.harness.results import override_key
+
+    if not rules:
+        return jobs, []
+    swept: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            swept.setdefault(override_key(override), set()).add(override.split("=", 1)[1])
+    swept = {key: values for key, values in swept.items() if len(values) > 1}
+    parsed = [_rule(i, rule, swept) for i, rule in enumerate(_as_list(rules))]
+    kept, notes = list(jobs), []
+    for i, rule in enumerate(parsed):
+        left = [job for job in kept if not _matches(rule, job)]
+        shown = " ".join(f"{k}={','.join(sorted(v))}" for k, v in rule.items())
+        notes.append(f"hydra.sweeper.exclude[{i}]: {len(kept) - len(left)} job"
+                     f"{'s' * (len(kept) - len(left) != 1)} of {shown} left out")
+        kept = left
+    return kept, notes
+
+
+def _as_list(rules: Any) -> list[Any]:
+    from omegaconf import ListConfig, OmegaConf
+
+    if isinstance(rules, ListConfig):
+        rules = OmegaConf.to_container(rules, resolve=True)
+    if not isinstance(rules, list):
+        raise ExcludeRefused(f"hydra.sweeper.exclude={rules!r} is invalid: allowed: a list of "
+                             "{key: value or [values]} naming the swept keys' values to leave out")
+    return rules
+
+
+def _rule(i: int, rule: Any, swept: dict[str, set[str]]) -> dict[str, set[str]]:
+    from omegaconf import DictConfig, OmegaConf
+
+    name = f"hydra.sweeper.exclude[{i}]"
+    if isinstance(rule, DictConfig):
+        rule = OmegaConf.to_container(rule, resolve=True)
+    if not isinstance(rule, dict) or not rule:
+        raise ExcludeRefused(f"{name}={rule!r} is invalid: allowed: a mapping of swept keys to "
+                             f"a value or a list of values (swept: {', '.join(sorted(swept))})")
+    out = {}
+    for key, value in rule.items():
+        values = {_text(v) for v in (value if isinstance(value, list) else [value])}
+        if key not in swept:
+            raise ExcludeRefused(f"{name}.{key} is invalid: {key} is not swept here; allowed: "
+                                 f"{', '.join(sorted(swept)) or 'none (nothing is swept)'}")
+        if not values or values - swept[key]:
+            raise ExcludeRefused(f"{name}.{key}={value!r} is invalid: the sweep's {key} takes "
+                                 f"{', '.join(sorted(swept[key]))}")
+        out[key] = values
+    return out
+
+
+def _text(value: Any) -> str:
+    """A YAML value as the command line spells it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _matches(rule: dict[str, set[str]], job: list[str]) -> bool:
+    from sarathi_lab.harness.results import override_key
+
+    values = {override_key(o): o.split("=", 1)[1] for o in job}
+    return all(values.get(key) in allowed for key, allowed in rule.items())
 
 
 def collapse_ignored(config: DictConfig,

@@ -1,10 +1,11 @@
-"""A paper step's time in its parts, as its sweep left them: the set-up its process pays once
-(the interpreter, Hydra, the sweep's checks of every job: the step's seconds before its first job
-began and after its last ended, read from sweep.log) and each job's seconds (its launch to the
-next's), with, from its run folder, the run's own seconds (metrics.json's wall_time_s), its graph
-capture and what its engine built. A step writes its jobs' rows as steps/<step>/jobs.csv; a lease
-collected before that keeps them beside its folder as <lease>.jobs.csv (``python -m
-sarathi_lab.measure gpu_parts ARCHIVE``). The queue plans each step from these (queue.py)."""
+"""A paper step's time in its parts, as its sweep left them: its set-up (Hydra, the sweep's checks
+of every job, and where it ran first in its process the interpreter and the imports: the step's
+seconds before its first job began and after its last ended, read from sweep.log) and each job's
+seconds (its launch to the next's), with, from its run folder, the run's own seconds
+(metrics.json's wall_time_s), its graph capture and what its engine built. A step writes its jobs'
+rows as steps/<step>/jobs.csv; a lease collected before that keeps them beside its folder as
+<lease>.jobs.csv (``python -m sarathi_lab.measure gpu_parts ARCHIVE``). The queue plans each step
+from these (queue.py)."""
 from __future__ import annotations
 
 import csv
@@ -50,24 +51,27 @@ class StepParts:
 @dataclass(frozen=True)
 class Estimate:
     """A step's expected seconds in parts: ``setup_s`` once, ``jobs`` of ``job_s``, and
-    ``capture_s`` for the graph sets its jobs capture."""
+    ``capture_s`` for the graph sets its jobs capture; ``process_s``: the set-up of the process
+    it shares with the steps after it, which the first of them pays (process_groups.py)."""
     setup_s: float
     jobs: int
     job_s: float
     capture_s: float
     source: str  # where the parts were measured, or "planned"
+    process_s: float = 0.0
 
     @property
     def seconds(self) -> float:
-        return self.setup_s + self.jobs * self.job_s + self.capture_s
+        return self.process_s + self.setup_s + self.jobs * self.job_s + self.capture_s
 
     def minutes(self, margin: float) -> float:
         return round(margin * self.seconds / 60, 1) or 0.1
 
     def shown(self) -> str:
         captures = f" + captures {self.capture_s:.0f} s" if self.capture_s >= 0.5 else ""
-        return (f"set-up {self.setup_s:.0f} s + {self.jobs} jobs x {self.job_s:.1f} s{captures} "
-                f"({self.source})")
+        process = f"process set-up {self.process_s:.0f} s + " if self.process_s >= 0.5 else ""
+        return (f"{process}set-up {self.setup_s:.0f} s + {self.jobs} jobs x {self.job_s:.1f} s"
+                f"{captures} ({self.source})")
 
 
 def estimate(parts: StepParts, jobs: int, graph_sets: int) -> Estimate | None:

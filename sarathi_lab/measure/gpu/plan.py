@@ -91,13 +91,15 @@ def _parts_lines(steps: list[Step], parts: dict[str, Estimate]) -> list[str]:
         return []
     measured = sum(1 for s in papers if s.name in parts and parts[s.name].source != "planned")
     lines = [f"paper steps: {sum(s.minutes for s in papers):.1f} min ({measured} of {len(papers)} "
-             + "from measured parts: set-up once a step, then its grid's jobs at their measured "
-             "seconds, graphs once a set; the others planned)"]
+             + "from measured parts: set-up once a process, then each step's sweep set-up and "
+             "its grid's jobs at their measured seconds, graphs once a set; the others planned)"]
+    lines += [f"  process: {group.line()}" for group in budget.group_setups(steps, parts)]
     whole = {s.name for s in steps} >= set(BY_NAME)
     fits = budget.fits(steps) if whole else budget.fits(steps)[:1]
     over = budget.setup_over(steps, parts)
     lines += [f"  {fit.line()}" for fit in fits if fit.minutes]
-    lines.append(f"  set-up under {budget.SETUP_SHARE_MAX:.0%} of each paper step: "
+    lines.append(f"  set-up under {budget.SETUP_SHARE_MAX:.0%} of each paper step (its process's "
+                 "spread over the steps that share it): "
                  + ("every one" if not over else f"{len(over)} of {len(papers)} over ("
                     + ", ".join(f"{name} {share:.0%}" for name, share in over.items()) + ")"))
     return lines
@@ -188,11 +190,13 @@ def format_plan(steps: list[Step], budget_min: float | None,
     shown = parts is not None
     lines = [f"{'step':{w}} {'min':>5}  " + (f"{'set-up':>6} {'jobs':>13} {'graphs':>6} "
                                               f"{'share':>5}  " if shown else "") + "what"]
+    shares = budget.setup_shares(steps, parts or {})
     for s in steps:
         e = (parts or {}).get(s.name)
         split = "" if not shown else (
-            f"{e.setup_s:5.0f}s {f'{e.jobs} x {e.job_s:.1f}s':>13} {e.capture_s:5.0f}s "
-            f"{budget.setup_share(e):5.0%}  " if e else " " * 35)
+            f"{e.process_s + e.setup_s:5.0f}s {f'{e.jobs} x {e.job_s:.1f}s':>13} "
+            f"{e.capture_s:5.0f}s {shares.get(s.name, budget.setup_share(e)):5.0%}  "
+            if e else " " * 35)
         lines.append(f"{s.name:{w}} {s.minutes:5.1f}  {split}{s.what}")
     total = sum(s.minutes for s in steps)
     lines.append(f"{'total':{w}} {total:5.1f}  expected (1.3 x the longer of the H200's and "

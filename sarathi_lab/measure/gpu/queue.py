@@ -10,7 +10,8 @@ from pathlib import Path
 
 from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import StepResult
-from sarathi_lab.measure.gpu import archive_members, engine_code, parts, state
+from sarathi_lab.harness import scales
+from sarathi_lab.measure.gpu import archive_members, engine_code, parts, process_groups, state
 from sarathi_lab.measure.gpu.parts import Estimate, StepParts
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, Step
 from sarathi_lab.measure.gpu.steps.paper import job_overrides
@@ -135,11 +136,13 @@ def launched_jobs(step: Step) -> list[tuple[str, ...]]:
 
     from sarathi_lab.harness import CONF_DIR
     from sarathi_lab.harness.schema import RunConfig
+    from sarathi_lab.harness.sweep_check import without_excluded
 
     experiment = OmegaConf.load(CONF_DIR / "experiment" / f"{step.arg}.yaml")
     repeat = OmegaConf.select(experiment, "hydra.sweeper.repeat_ignored", default=False)
     task = experiment.get("task", "serve")
-    jobs = [tuple(job) for job in job_overrides(step)]
+    jobs = [tuple(job) for job in without_excluded(exclude_rules(step),
+                                                   [list(j) for j in job_overrides(step)])[0]]
     if repeat:
         return jobs
     kept: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -156,6 +159,14 @@ def launched_jobs(step: Step) -> list[tuple[str, ...]]:
 
         kept.setdefault(tuple(o for o in job if not ignored(o)), job)
     return list(kept.values())
+
+
+def exclude_rules(step: Step) -> list | None:
+    """The step's hydra.sweeper.exclude, as its command line gives it to the sweeper."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = [o for o in step.overrides if o.split("=", 1)[0] == scales.EXCLUDE]
+    return OverridesParser.create().parse_overrides(given)[0].value() if given else None
 
 
 def graph_sets(jobs: list[tuple[str, ...]]) -> int:
@@ -293,10 +304,21 @@ def plan_steps(records: list[Record], current: Callable[[str], str] = engine_cod
 
 def measured(steps: list[Step], root: Path) -> tuple[list[Step], dict[str, Estimate]]:
     """``steps`` with the minutes the leases kept under ``root`` give them (a paper step's from its
-    parts), and the paper steps' parts."""
+    parts, run as one worker runs ``steps``: set-up once a process group), and the paper steps'
+    parts."""
     planned = plan_steps(kept_runs(root), kept_parts=kept_parts(root))
-    steps = [replace(s, minutes=planned[s.name].minutes) if s.name in planned else s for s in steps]
-    return steps, {name: p.estimate for name, p in planned.items() if p.estimate is not None}
+    parts = {name: p.estimate for name, p in planned.items() if p.estimate is not None}
+    # A stopped sweep's minutes are its jobs left at its last pace, not its parts.
+    from_parts = {name for name, p in planned.items()
+                  if p.source.startswith(("planned", "measured parts"))}
+    parts = process_groups.shared(steps, parts)
+
+    def minutes(step: Step) -> float:
+        if step.name in from_parts and step.name in parts:
+            return parts[step.name].minutes(MARGIN)
+        return planned[step.name].minutes if step.name in planned else step.minutes
+
+    return [replace(s, minutes=minutes(s)) for s in steps], parts
 
 
 def pack(groups: list[list[Planned]],

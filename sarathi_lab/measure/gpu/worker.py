@@ -1,4 +1,5 @@
-"""Runs the suite's steps; after a GPU step fails, exits RESTART (CUDA errors poison contexts)."""
+"""Runs the suite's steps, a paper step's sweep in this process (process_groups.py); after a GPU
+step fails, or a sweep's job, exits RESTART (CUDA errors poison contexts)."""
 from __future__ import annotations
 
 import gc
@@ -15,6 +16,8 @@ from sarathi_lab.harness.interrupts import Interrupted, signals_interrupt
 from sarathi_lab.measure.gpu import engine_code, state
 from sarathi_lab.measure.gpu.context import Context, Incomplete, Unavailable
 from sarathi_lab.measure.gpu.plan import Step, by_name
+from sarathi_lab.measure.gpu.process_groups import SHARED_ENGINE_GROUPS
+from sarathi_lab.model.shared_engine import SHARED
 
 RESTART = 75
 
@@ -73,6 +76,10 @@ def _run(job: dict, steps: dict[str, Step], out: Path, deadline: float | None, s
                   f"{(deadline - time.time()) / 60:.1f} left)", flush=True)
             continue
         print(f"[gpu] {name}: starting ({step.minutes:.1f} min expected)", flush=True)
+        # A paper step's sweep runs here (steps/paper.py): steps of one model reuse the model the
+        # one before built. Any other step builds its own: both would not fit a card.
+        if step.group not in SHARED_ENGINE_GROUPS:
+            SHARED.release()
         ctx = Context(out, state.step_dir(out, name), suite["dry_run"], device, deadline)
         result = run_step(step, ctx, suite.get("commit", ""))
         print(f"[gpu] {name}: {result.status} in {result.seconds:.0f} s {result.error}", flush=True)
@@ -81,7 +88,8 @@ def _run(job: dict, steps: dict[str, Step], out: Path, deadline: float | None, s
             torch.cuda.empty_cache()
         state.write_summary(out, list(steps), suite)
         state.export(out, export)
-        if result.status == "failed" and device == "cuda":
+        # A sweep's failed job may have left the CUDA context broken for the steps after it.
+        if device == "cuda" and (result.status == "failed" or _sweep_failed(result)):
             code = RESTART
             break
     from sarathi_lab.measure.gpu.report import write_report
@@ -91,3 +99,8 @@ def _run(job: dict, steps: dict[str, Step], out: Path, deadline: float | None, s
     state.write_summary(out, list(steps), suite)
     state.export(out, export)
     return code
+
+
+def _sweep_failed(result: state.StepResult) -> bool:
+    return any(m.metric == "sweep_exit" and m.value != 0 for m in result.metrics)
+

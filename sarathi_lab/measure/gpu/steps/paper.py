@@ -2,20 +2,19 @@
 from __future__ import annotations
 
 import itertools
-import subprocess
 import sys
 from pathlib import Path
 
-from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.harness import scales
-from sarathi_lab.harness.interrupts import end_child, signal_of
 from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 from sarathi_lab.measure.gpu import engine_code, parts, state
-from sarathi_lab.measure.gpu.context import Context, Incomplete, wait_or_stop
+from sarathi_lab.measure.gpu.context import Context, Incomplete
 from sarathi_lab.measure.gpu.plan import Step
 from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.sweep_here import run_sweep
 
+# A sweep is stopped this long before the call's deadline, its job recording itself interrupted.
 GRACE_S = 10
 # The dry run's KV plan: the card's "80 GB", below its total, for what CUDA and the allocator keep.
 H100_BYTES = 80 * 10**9
@@ -40,7 +39,7 @@ def sweep_argv(step: Step, directory: Path, dry_run: bool = False) -> list[str]:
 def job_overrides(step: Step) -> list[list[str]]:
     """Every job of the GPU sweep as the command line's swept overrides."""
     axes = [[f"{key}={v}" for v in values.split(",")]
-            for key, values in (o.split("=", 1) for o in step.overrides)]
+            for key, values in (o.split("=", 1) for o in step.overrides) if key != scales.EXCLUDE]
     return [[f"experiment={step.arg}", *job] for job in itertools.product(*axes)]
 
 
@@ -94,14 +93,9 @@ def run(ctx: Context, step: Step) -> tuple[list[Metric], list[str]]:
     directory.mkdir(parents=True, exist_ok=True)
     argv = sweep_argv(step, directory, ctx.dry_run)
     left = ctx.seconds_left()
-    with open(ctx.dir / "sweep.log", "a") as log:
-        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            code = wait_or_stop(proc, None if left is None else max(1.0, left - GRACE_S), GRACE_S)
-        except BaseException as e:  # the worker stopped: the sweep records its run and ends
-            end_child(proc, signal_of(e), GRACE_S)
-            raise
+    # In this process, after the step before: the engine it left is this sweep's to reuse.
+    code = run_sweep(argv[3:], ctx.dir / "sweep.log",
+                     None if left is None else max(1.0, left - GRACE_S))
     if code is None:
         raise Incomplete(f"{step.arg}: the sweep ran past the call's budget; rerun to go on "
                          "(finished jobs are skipped)")
