@@ -110,10 +110,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--devices", default=",".join(DEVICES),
                         help="simulated chips, comma-separated")
     parser.add_argument("--cost-models", default=",".join(COST_MODELS), help="comma-separated")
-    cli_args.shared(parser, out="where the CSVs go", out_default=REPO_ROOT / "docs" / "sim")
+    cli_args.shared(parser, out="where the CSVs go", out_default=REPO_ROOT / "docs" / "sim",
+                    force="replace tables another run wrote")
     parser.add_argument("--work", type=Path, default=None,
                         help="the simulated runs (default: a temporary folder)")
-    parser.add_argument("--force", action="store_true", help="replace tables another run wrote")
     args = parser.parse_args(argv)
     devices = list(dict.fromkeys(args.devices.split(",")))
     cost_models = args.cost_models.split(",")
