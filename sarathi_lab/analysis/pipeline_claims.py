@@ -64,13 +64,16 @@ def rows(docs: Path) -> pd.DataFrame:
     return pd.DataFrame([row]).reindex(columns=claim_checks.COLUMNS, fill_value="")
 
 
+def owned(table: pd.DataFrame) -> pd.Series:
+    """Which rows of a claims table are this module's (read from the committed tables)."""
+    return (table.experiment == NAME) & table.source.str.contains(SUMMARY.as_posix(), regex=False)
+
+
 def with_pipeline_claims(table: pd.DataFrame, docs: Path) -> pd.DataFrame:
     """``table`` with its simulated Fig. 12 row replaced by the committed table's, after the
     experiment's measured rows."""
     ours = rows(docs)
-    simulated = (table.experiment == NAME) & table.source.str.contains(str(SUMMARY.as_posix()),
-                                                                       regex=False)
-    kept = table[~simulated]
+    kept = table[~owned(table)]
     if ours.empty:
         return kept
     last = kept.index[kept.experiment == NAME]

@@ -108,6 +108,7 @@ def claims_rows(measured: Results | None, sims: list[Results],
         return new
     rerun = {n for r in sims for n in registry.names() if n not in r.missing()}
     old = committed.reindex(columns=claims.COLUMNS, fill_value="")
+    old = old[~pipeline_claims.owned(old)]  # rewritten from its committed tables after this
     simulated = predicted(old)
     kept_sims = simulated & ~old.experiment.isin(rerun)
     keep = kept_sims | (~simulated & (measured is None))
