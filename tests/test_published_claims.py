@@ -4,7 +4,8 @@ on both cost models the table judges by, a few CPU minutes on the virtual clock)
 of docs/, then the copy's table against the committed one, every row and column but the commit.
 
 Its simulated rows are recomputed; its measured rows are kept by a simulated publish, and its capacity
-rows recomputed from the committed capacity tables (the two the runs rewrite held the same way, below).
+rows recomputed from the committed capacity tables (the two the runs rewrite held the same way, below),
+and Fig. 12's simulated row from the committed sim_pipeline tables.
 A change that moves a simulated number, a verdict or a row fails here until that command is rerun and
 its output committed."""
 from __future__ import annotations
@@ -64,6 +65,10 @@ def test_the_committed_claims_table_is_what_the_code_gives(tmp_path):
     docs = tmp_path / "docs"
     for folder in ("figures", "capacity"):
         shutil.copytree(REPO_ROOT / "docs" / folder, docs / folder)
+    # Fig. 12's simulated row is read from the committed sim_pipeline tables (its own command).
+    (docs / "sim").mkdir()
+    for name in ("pipeline_summary.csv", "provenance.json"):
+        shutil.copy(REPO_ROOT / "docs" / "sim" / name, docs / "sim" / name)
     run = subprocess.run([sys.executable, "-m", "sarathi_lab.produce", "--sim", "--publish", "--force",
                           "--root", str(tmp_path / "sim"), "--docs", str(docs)],
                          cwd=REPO_ROOT, env=os.environ | {"MPLBACKEND": "Agg"}, capture_output=True, text=True,
