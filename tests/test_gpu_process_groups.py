@@ -84,7 +84,7 @@ def test_two_paper_steps_of_a_dry_run_build_their_model_once(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "kernels")]))
     env.pop("OUT", None)
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure.gpu", "--dry-run", "--out", str(out),
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "gpu", "--dry-run", "--out", str(out),
                           "--steps", "paper.per_token_cost,paper.decode_speedup"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
