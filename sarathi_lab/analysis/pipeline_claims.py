@@ -9,11 +9,10 @@ import pandas as pd
 
 from sarathi_lab import provenance
 from sarathi_lab.analysis import claims as claim_checks
-from sarathi_lab.analysis.paper_results.pipeline_bubbles import NAME, PAPER
+from sarathi_lab.analysis.paper_results.pipeline_bubbles import CLAIM, NAME, PAPER, PAPER_TEXT
 from sarathi_lab.analysis.verdict import judge
 
 SUMMARY = Path("sim") / "pipeline_summary.csv"
-CLAIM = "Uniform hybrid micro-batches cut the median pipeline bubble per request"
 # Each judged ratio: its label, the scenarios it divides, the column, the paper's figure.
 RATIOS = (
     ("median bubble, Orca TP+PP / SARATHI", "orca_tp_pp", "sarathi_tp_pp", "median_bubble_s",
@@ -50,10 +49,7 @@ def rows(docs: Path) -> pd.DataFrame:
     ours = (f"{'; '.join(said)}; batch {batches.at['sarathi_tp_pp']} a micro-batch (TP+PP), "
             f"{batches.at['orca_tp_only']} a replica (TP-only), "
             f"{int(by.requests.iloc[0]):,} requests")
-    row = claim_checks.judged_row(
-        NAME, CLAIM, f"{PAPER['median_bubble_ratio']}x lower than the baseline (GPT-3, TP8 x PP8 "
-                     f"on 64 A100s); {PAPER['end_to_end_ratio']}x faster end to end than "
-                     "Orca-style", ours, points)
+    row = claim_checks.judged_row(NAME, CLAIM, PAPER_TEXT, ours, points)
     recorded = provenance.recorded(path)
     row |= claim_checks.simulated_provenance(_source(summary), recorded.scale if recorded else "",
                                              "float16")

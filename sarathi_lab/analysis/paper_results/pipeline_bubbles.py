@@ -18,6 +18,9 @@ PAPER = {"median_bubble_ratio": 6.29, "end_to_end_ratio": 1.91, "tp_only_ratio":
 SARATHI, BASELINES = "sarathi", ("vllm", "orca")
 LABELS = {"vllm": "baseline (vllm, prefill-first)", "orca": "Orca-style (orca)",
           "sarathi": "SARATHI (sarathi)"}
+CLAIM = "Uniform hybrid micro-batches cut the median pipeline bubble per request"
+PAPER_TEXT = (f"{PAPER['median_bubble_ratio']}x lower than best-case Orca (GPT-3, TP8 x PP8 on 64 "
+              f"A100s); {PAPER['end_to_end_ratio']}x faster end to end")
 # The simulator's target here: its predicted ratio within this share of the measured one.
 SIM_TOLERANCE = 0.15
 
@@ -81,15 +84,15 @@ def claims(results) -> list[dict]:
         sim_ours += ("; stage 0 between two forwards (the driver's host work), median over the "
                      f"runs: measured {1e3 * summary.stage0_gap_p50_s.median():.3g} ms, simulated "
                      f"{1e3 * summary.sim_stage0_gap_p50_s.median():.3g} ms")
-    measured = base.measured.dropna()
+    # §5.3's baseline is best-case Orca: its ratio is the one judged where it ran (a sweep of the
+    # prefill-first baseline alone, as at CI scale, is judged on that one, and says so).
+    judged, label = (orca, "Orca-style") if len(orca) else (base, "baseline")
+    measured = judged.measured.dropna()
     bubble = judge(measured.mean() if len(measured) else None, PAPER["median_bubble_ratio"],
                    (measured.min(), measured.max()) if len(measured) > 1 else None)
-    return [judged_row(NAME, "Uniform hybrid micro-batches cut the "
-                             "median pipeline bubble per request",
-                       f"{PAPER['median_bubble_ratio']}x lower than the baseline (GPT-3, TP8 x PP8 "
-                       f"on 64 A100s); {PAPER['end_to_end_ratio']}x faster end to end than "
-                       "Orca-style", ours, [("median bubble, baseline / SARATHI", bubble)],
-                       float(base.measured.mean()) if len(base) else None),
+    return [judged_row(NAME, CLAIM, PAPER_TEXT, ours,
+                       [(f"median bubble, {label} / SARATHI", bubble)],
+                       float(judged.measured.mean()) if len(judged) else None),
             claim_row(NAME, "The simulator predicts the measured median-bubble ratio within "
                             f"{SIM_TOLERANCE:.0%}",
                       "(the project's target for sim/pipeline.py, not the paper's)", sim_ours,
@@ -126,7 +129,7 @@ def figure(results, simulated=None):
     table = ratios(summary) if len(summary) else pd.DataFrame()
     # Short lines: the box sits in the panel's empty lower right.
     lines = ["paper (GPT-3, 64 A100s, simulated):",
-             f"  baseline / SARATHI {PAPER['median_bubble_ratio']}x"]
+             f"  best-case Orca / SARATHI {PAPER['median_bubble_ratio']}x"]
     for base, rows in (table.groupby("baseline") if len(table) else []):
         lines += [f"{LABELS[base].split(' (')[0]} / SARATHI:",
                   f"  measured {with_range(rows.measured)}",
@@ -169,7 +172,7 @@ def _ratio_bars(ax, table: pd.DataFrame) -> None:
             ax.bar(i + (j - 1) * width, v.mean(), width, color=color, label=label if i == 0
                    else None,
                    yerr=[[v.mean() - v.min()], [v.max() - v.mean()]] if len(v) > 1 else None)
-        if base == "vllm":
+        if base == "orca":  # the paper's baseline: best-case Orca
             ax.bar(i + width, PAPER["median_bubble_ratio"], width, color="tab:red", alpha=0.6,
                    label="paper (GPT-3, 64 A100s)")
     ax.axhline(1, color="black", lw=1)
@@ -178,7 +181,7 @@ def _ratio_bars(ax, table: pd.DataFrame) -> None:
     # Room above the tallest bar or whisker for the legend.
     top = max([PAPER["median_bubble_ratio"], *(table[c].max() for c, _, _ in kinds if len(table))])
     ax.set_ylim(0, 1.4 * top)
-    ax.legend(fontsize=8, loc="upper left", ncol=3)
+    ax.legend(fontsize=8, loc="upper left")
 
 
 RESULT = PaperResult(
