@@ -58,3 +58,13 @@ def test_publish_replaces_the_row_after_the_measured_ones_and_keeps_the_rest(tmp
 def test_without_the_committed_table_no_row_is_made(tmp_path):
     assert pipeline_claims.rows(tmp_path).empty
     assert pipeline_claims.refresh(tmp_path) == []
+
+
+def test_a_publish_whose_docs_lack_the_committed_table_keeps_the_committed_row():
+    from sarathi_lab.analysis.publish import PREDICTED, claims_rows
+    fig12 = {"experiment": "pipeline_bubbles", "claim": pipeline_claims.CLAIM, "machine": PREDICTED,
+             "source": "simulated 64 x A100 (roofline, TP8 x PP8), gpt-3 (committed "
+                       "docs/sim/pipeline_summary.csv)", "ours": "committed"}
+    committed = pd.DataFrame([fig12]).reindex(columns=claims.COLUMNS, fill_value="")
+    # Neither a measured nor a simulated root makes it: only its committed tables do.
+    assert list(claims_rows(None, [], committed).ours) == ["committed"]

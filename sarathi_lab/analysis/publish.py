@@ -108,10 +108,12 @@ def claims_rows(measured: Results | None, sims: list[Results],
         return new
     rerun = {n for r in sims for n in registry.names() if n not in r.missing()}
     old = committed.reindex(columns=claims.COLUMNS, fill_value="")
-    old = old[~pipeline_claims.owned(old)]  # rewritten from its committed tables after this
-    simulated = predicted(old)
+    # Fig. 12's row is no root's: kept here, rewritten from its committed tables after this
+    # where they are under the docs folder.
+    fig12 = pipeline_claims.owned(old)
+    simulated = predicted(old) & ~fig12
     kept_sims = simulated & ~old.experiment.isin(rerun)
-    keep = kept_sims | (~simulated & (measured is None))
+    keep = kept_sims | (~simulated & ~fig12 & (measured is None)) | fig12
     kept = [n for n in registry.names() if n != CAPACITY and n in set(old.experiment[kept_sims])]
     if sims and kept:
         print(f"simulated rows kept as committed (no --sim root has them): {', '.join(kept)}")
