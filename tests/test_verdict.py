@@ -5,7 +5,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from sarathi_lab.analysis.verdict import BAND, GAIN, SIZE, combine, judge, over, word_of
+from sarathi_lab.analysis.verdict import BAND, BOUND, GAIN, SIZE, combine, judge, over, word_of
 
 ORDER = ["no", "smaller", "yes", "larger"]
 MIRROR = {"larger": "smaller", "smaller": "larger", "yes": "yes", "no": "no"}
@@ -106,3 +106,26 @@ def test_combine_over_points():
 
 def test_nothing_measured_is_not_judged():
     assert judge(None, 1.27).word == "n/a" and judge(float("nan"), 1.27, kind=GAIN).word == "n/a"
+
+
+@pytest.mark.parametrize("ours,word", [(1.15, "yes"), (1.20, "yes"), (1.10, "yes"), (1.21, "larger"),
+                                       (1.05, "smaller"), (1.0, "smaller"), (0.8, "smaller")])
+def test_a_bound_fails_past_it_and_holds_with_room_far_under_it(ours, word):
+    # The paper's "within 20%": past 1.2x breaks it; under half its cost, none included, keeps it
+    # with room: not the paper's size, and never "no" (the bound holds).
+    assert judge(ours, 1.2, kind=BOUND).word == word
+    assert (judge(ours, 1.2, kind=BOUND).why == "no cost at all") == (ours <= 1)
+
+
+@given(st.floats(0.1, 3.0), st.floats(0.1, 3.0))
+def test_a_bound_s_verdict_is_monotone_in_ours(a, b):
+    order = ["smaller", "yes", "larger"]
+    low, high = sorted((a, b))
+    assert order.index(judge(low, 1.2, kind=BOUND).word) <= order.index(
+        judge(high, 1.2, kind=BOUND).word)
+
+
+def test_a_bound_s_spread_is_judged_at_its_ends():
+    # Reaching 1x is no noise question for a bound: both ends far under it keep it with room.
+    assert judge(1.02, 1.2, (0.97, 1.05), kind=BOUND).word == "smaller"
+    assert judge(1.15, 1.2, (1.08, 1.25), kind=BOUND).word == "unclear"

@@ -14,7 +14,7 @@ import pandas as pd
 from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claims import COLUMNS, NO_REPEATS, VERSUS
 from sarathi_lab.analysis.figures import legend_outside, plain_log_ticks
-from sarathi_lab.analysis.verdict import Judged, judge
+from sarathi_lab.analysis.verdict import BOUND, Judged, judge
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness.results import (
@@ -302,7 +302,8 @@ def _overhead(evidence: Evidence) -> Found | None:
                      f"by construction: the {evidence.overhead_model} cost model charges a chunk "
                      "only its flops and bytes (no per-chunk cost), so it cannot show the "
                      "paper's overhead")
-    judged = judge(1 + max(evidence.overhead.values()), 1 + paper.CHUNK512_PREFILL_OVERHEAD)
+    judged = judge(1 + max(evidence.overhead.values()), 1 + paper.CHUNK512_PREFILL_OVERHEAD,
+                   kind=BOUND)
     return Found(f"{ours} tokens", judged.word, spread, f"largest: {judged.text()}")
 
 

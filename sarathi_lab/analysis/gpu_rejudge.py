@@ -22,7 +22,7 @@ from sarathi_lab.analysis.paper_results import (
     per_token_cost,
     tile_quantization,
 )
-from sarathi_lab.analysis.verdict import SIZE, Judged, combine, judge, over, versus_text
+from sarathi_lab.analysis.verdict import BOUND, SIZE, Judged, combine, judge, over, versus_text
 from sarathi_lab.model import load_config
 
 X = r"([0-9.]+)x"
@@ -112,7 +112,8 @@ def _prefill_bounds(row, folder):
     found = re.findall(rf"chunk (\d+): {X} prefill", row["ours"])
     bounds = paper.PREFILL_SLOWDOWN_BOUND
     points = [(f"length {length[1] if length else '?'} C={c}",
-               chunk_overhead.slowdown_point(pd.Series([float(x)]), bounds[int(c)]))
+               chunk_overhead.slowdown_point(pd.Series([float(x)]), bounds[int(c)],
+                                                 BOUND))
               for c, x in found if int(c) in bounds]
     return Read(points) if points else None
 

@@ -4,8 +4,11 @@ An effect is how far a ratio lies from no effect: a gain (or cost) ``g`` has eff
 the paper's 1.27x is an effect of 0.27 and its 200x one of 199. A size that is no ratio to 1
 (tokens, a P:D, a rate) is compared as it is. Ours agrees ("yes") where its effect points the
 paper's way and lies within ``BAND`` times the paper's either side; past that it is "larger" or
-"smaller", the other way "no". A ratio whose difference from 1 lies inside its own run-to-run
-spread has no direction: "unresolved", and left out of ranges and of the claim's verdict.
+"smaller", the other way "no". A bound the paper states ("at most 1.2x") is a cost: within it
+and at least half its effect is "yes", past it "larger", and under half of it, no cost at all
+included, "smaller" (the bound holds with room: a finding to explain, not agreement). A ratio
+whose difference from 1 lies inside its own run-to-run spread has no direction: "unresolved", and
+left out of ranges and of the claim's verdict.
 """
 from __future__ import annotations
 
@@ -15,13 +18,16 @@ from dataclasses import dataclass
 
 # Ours' effect within this factor of the paper's, either side: the same size.
 BAND = 2.0
-GAIN, SIZE = "gain", "size"
+GAIN, SIZE, BOUND = "gain", "size", "bound"
 # What each word in a claims table's ``holds`` means (docs/RESULTS.md prints them).
 WORDS = {
     "yes": f"ours points the paper's way and its effect is within {BAND:g}x of the paper's, "
            "either side (the effect of a gain g is g - 1)",
-    "larger": f"ours points the paper's way with more than {BAND:g}x the paper's effect",
-    "smaller": f"ours points the paper's way with less than 1/{BAND:g} of the paper's effect",
+    "larger": f"ours points the paper's way with more than {BAND:g}x the paper's effect; for a "
+              "bound the paper states (at most a cost), past the bound",
+    "smaller": f"ours points the paper's way with less than 1/{BAND:g} of the paper's effect; for "
+               f"a bound, a cost under 1/{BAND:g} of it, none at all included (the bound holds "
+               "with room)",
     "no": "ours points the other way or shows no effect (over several points: none agrees, and "
           "they miss the paper's size both ways)",
     "partly": "a claim over several points (lengths, batch sizes, chunks): yes at some, not all",
@@ -49,7 +55,7 @@ class Judged:
 
 
 def _effect(value: float, kind: str) -> float:
-    return value - 1 if kind == GAIN else value
+    return value if kind == SIZE else value - 1
 
 
 def versus(ours: float, paper: float | tuple[float, float], kind: str = GAIN) -> float:
@@ -65,16 +71,20 @@ def versus(ours: float, paper: float | tuple[float, float], kind: str = GAIN) ->
     return effect / nearer
 
 
-def word_of(ratio: float) -> str:
+def word_of(ratio: float, kind: str = GAIN) -> str:
     """The verdict of ours' effect over the paper's: monotone in ``ratio``."""
-    if not ratio > 0:  # NaN included: no direction
+    if math.isnan(ratio):
+        return "no"
+    if kind == BOUND:  # past the bound fails it; no cost at all keeps it with room
+        return "larger" if ratio > 1 else "smaller" if ratio < 1 / BAND else "yes"
+    if not ratio > 0:
         return "no"
     return "larger" if ratio > BAND else "smaller" if ratio < 1 / BAND else "yes"
 
 
 def resolved(spread: tuple[float, float] | None, kind: str = GAIN) -> bool:
     """False where the spread of a ratio reaches 1 (its difference lies inside its noise)."""
-    if spread is None or kind != GAIN:
+    if spread is None or kind != GAIN:  # a bound's spread is judged at its ends (unclear)
         return True
     low, high = sorted(spread)
     return not low <= 1 <= high
@@ -84,21 +94,23 @@ def judge(ours: float | None, paper: float | tuple[float, float],
           spread: tuple[float, float] | None = None, kind: str = GAIN) -> Judged:
     """Ours against the paper; ``spread``: ours' run-to-run low and high, where repeated.
 
-    ``kind``: GAIN (a ratio to 1: its effect is ``ours - 1``) or SIZE (compared as it is)."""
+    ``kind``: GAIN (a ratio to 1: its effect is ``ours - 1``), BOUND (a cost ratio the paper
+    bounds from above) or SIZE (compared as it is)."""
     if ours is None or (isinstance(ours, float) and math.isnan(ours)):
         return Judged("n/a", why="not measured")
     if not resolved(spread, kind):
         low, high = sorted(spread)
         return Judged("unresolved", why=f"{low:.3g}-{high:.3g}x over its repeats reaches 1x")
     ratio = versus(ours, paper, kind)
-    word = word_of(ratio)
-    if spread is not None and word_of(versus(min(spread), paper, kind)) != word_of(
-            versus(max(spread), paper, kind)):
+    word = word_of(ratio, kind)
+    if spread is not None and word_of(versus(min(spread), paper, kind), kind) != word_of(
+            versus(max(spread), paper, kind), kind):
         low, high = sorted(spread)
         return Judged("unclear", ratio, f"{low:.3g} to {high:.3g} over its repeats spans "
-                                        f"{word_of(versus(low, paper, kind))} and "
-                                        f"{word_of(versus(high, paper, kind))}")
-    return Judged(word, ratio)
+                                        f"{word_of(versus(low, paper, kind), kind)} and "
+                                        f"{word_of(versus(high, paper, kind), kind)}")
+    why = "no cost at all" if kind == BOUND and ratio <= 0 else ""
+    return Judged(word, ratio, why)
 
 
 def combine(words: Iterable[str]) -> str:

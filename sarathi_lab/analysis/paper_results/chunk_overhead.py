@@ -7,17 +7,17 @@ import pandas as pd
 from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claims import judged_row
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
-from sarathi_lab.analysis.verdict import Judged, judge
+from sarathi_lab.analysis.verdict import BOUND, GAIN, Judged, judge
 
 
-def slowdown_point(values: pd.Series, paper_value: float) -> Judged:
-    """A chunked-over-unchunked time over its repeats against the paper's: the mean judged, the
-    repeats' range its spread."""
+def slowdown_point(values: pd.Series, paper_value: float, kind: str = GAIN) -> Judged:
+    """A chunked-over-unchunked time over its repeats against the paper's (a cost it found, or
+    with ``kind=BOUND`` one it bounds): the mean judged, the repeats' range its spread."""
     values = values.dropna()
     if values.empty:
         return Judged("n/a", why="not measured")
     return judge(values.mean(), paper_value,
-                 (values.min(), values.max()) if len(values) > 1 else None)
+                 (values.min(), values.max()) if len(values) > 1 else None, kind)
 
 
 def _at(summary: pd.DataFrame, length: float, chunk: float) -> pd.DataFrame:
@@ -62,7 +62,7 @@ def claims(results) -> list[dict]:
         "; ".join(f"chunk {c}: {longest.prefill_slowdown[c]:.2f}x prefill, "
                   f"{longest.end_to_end_slowdown[c]:.2f}x end to end" for c in bounds)
         + f" {where}{others}" if bounds else "chunks 256 / 512 not in these runs",
-        [(f"length {n:g} C={c}", slowdown_point(_at(summary, n, c).prefill_slowdown, b))
+        [(f"length {n:g} C={c}", slowdown_point(_at(summary, n, c).prefill_slowdown, b, BOUND))
          for n in lengths for c, b in bounds.items()]))
     return rows
 
