@@ -62,7 +62,7 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
                                                      time.time() - began, error=why))
 
 
-def run_worker(job: dict, watch: own.Progress | None = None) -> int:
+def run_worker(job: dict, watch: own.StepProgress | None = None) -> int:
     """worker.main's ``job``; its exit status. Interrupted: stopped as at a deadline."""
     # Weights drawn in float32, cast one by one: freed pages return before the KV cache.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
@@ -95,7 +95,7 @@ def print_table(out: Path, names: list[str]) -> None:
 
 
 def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, budget: float | None,
-              watch: own.Progress | None) -> bool:
+              watch: own.StepProgress | None) -> bool:
     """Workers until ``todo`` is settled or the budget ends; True where one died settling none."""
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
