@@ -13,6 +13,7 @@ import pytest
 
 from sarathi_lab.analysis import claims, derive, quantities, registry
 from sarathi_lab.analysis.runs import Results, download_wandb, sweeps
+from tests.results_frames import Frames
 
 KEYS = {"seq_len": 256, "batch_size": 4, "pd_ratio": 8.0}
 # Each paper result's claim check and figure, by name, from its module in analysis/paper_results/.
@@ -58,7 +59,7 @@ def test_a_decode_speedup_within_the_repeats_noise_is_a_bound_not_a_number():
     assert out.noise_ms.tolist() == pytest.approx([2.0] * 3)
     # A baseline decode's 10 ms over at most (0.2 + 2) ms / 3 for a riding one.
     assert out.gain_bound.tolist() == pytest.approx([10 / (2.2 / 3)] * 3)
-    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): pd.concat(seeds)}))
+    (row,) = CHECK["decode_speedup"](Frames({("decode_speedup", "piggyback"): pd.concat(seeds)}))
     assert "no point resolved" in row["ours"] and "3 of 3 points within noise" in row["ours"]
     # Every point inside its noise: no direction to judge (its bound stays in the text).
     assert f"speedup >= {10 / (2.2 / 3):.1f}x" in row["ours"] and row["holds"] == "unclear"
@@ -153,26 +154,7 @@ def test_latency_long_splits_metric_and_percentile():
     assert long["itl", "p99"] == 0.5 and set(derive.latency_long(summary).qps) == {1.5}
 
 
-class _Frames:
-    """A Results stand-in holding hand-made frames."""
-
-    def __init__(self, frames: dict[tuple[str, str], pd.DataFrame]):
-        self.frames = frames
-
-    def table(self, name, table):
-        return self.frames[name, table]
-
-    def summary(self, name):
-        return self.frames[name, "summary"]
-
-    def sweep_note(self, name):
-        return ""  # a complete sweep, nothing passed over
-
-    def unreliable_note(self, name):
-        return ""  # no run flagged
-
-
-class _Measured(_Frames):
+class _Measured(Frames):
     """Hand-made frames of runs measured on a CPU, enough for the figures and the claims table."""
 
     describe = Results.describe
@@ -217,13 +199,13 @@ def test_claims_say_partly_when_only_some_points_meet_the_paper():
         for q, times in ((0.5, {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3}),
                          (1.5, {"sarathi_serve": 0.5, "vllm": 0.4, "orca": 0.6}))
         for s, t in times.items()])
-    (row,) = CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary}))
+    (row,) = CHECK["scheduler_latency"](Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "partly" and "qps 0.5: sarathi_serve 50 ms, vllm 400 ms, orca 300 ms" in row["ours"]
 
 
 def test_decode_speedup_claim_is_partly_when_only_some_points_reach_the_paper_range():
     table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 110.0)])
-    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): table}))
+    (row,) = CHECK["decode_speedup"](Frames({("decode_speedup", "piggyback"): table}))
     assert row["holds"] == "partly" and row["ours"].startswith("1.5x-4.0x")
 
 
@@ -298,7 +280,7 @@ def test_a_simulated_run_downloaded_from_wandb_is_read_as_simulated(tmp_path):
     assert results.source("pd_ratio") == "simulated A100 (roofline)"
 
 
-class _Simulated(_Frames):
+class _Simulated(Frames):
     """Hand-made frames of simulated runs: the executor each experiment's runs name."""
 
     def table(self, name, table):
@@ -429,7 +411,7 @@ def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
     # vllm's run at 1.5 req/s failed: that load says nothing, and at 0.5 req/s sarathi_serve is lowest.
     summary = _latency({0.5: {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3},
                         1.5: {"sarathi_serve": 0.2, "orca": 0.6}})
-    (row,) = CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary}))
+    (row,) = CHECK["scheduler_latency"](Frames({("scheduler_latency", "summary"): summary}))
     # Lower at the load judged, by 6x at most where the paper has 28.3x: a smaller effect.
     assert row["holds"] == "smaller" and row["ours / paper"].startswith("qps 0.5: yes")
     # SARATHI's run at length 512 failed; at 256 it beats Orca's best case.
@@ -439,7 +421,7 @@ def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
                                                                   ("orca", 4, 110.0), ("sarathi", 0, 120.0))
                          if (length, s) != (512, "sarathi")])
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
-    (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): runs,
+    (row,) = CHECK["orca_compare"](Frames({("orca_compare", "summary"): runs,
                                           ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
 
@@ -450,11 +432,11 @@ def test_tile_claim_is_judged_at_the_paper_s_step_where_timed_else_at_the_mean_s
     sweep = pd.DataFrame({"op": "total", "tokens": list(times), "ms": list(times.values())})
     frames = {("tile_quantization", "sweep"): sweep,
               ("tile_quantization", "summary"): pd.DataFrame({"tile": [128], "tile_jump": [0.2]})}
-    (row,) = CHECK["tile_quantization"](_Frames(frames))
+    (row,) = CHECK["tile_quantization"](Frames(frames))
     assert row["holds"] == "yes" and row["ours / paper"] == "256 -> 257: yes (0.929x)"
     assert row["ours"].endswith("; 256 -> 257: +30.0%")
     frames["tile_quantization", "sweep"] = sweep[sweep.tokens != 257]
-    (row,) = CHECK["tile_quantization"](_Frames(frames))
+    (row,) = CHECK["tile_quantization"](Frames(frames))
     # Without 257: the mean step the runs recorded over the multiples they timed (tile_jump), +20%.
     assert row["holds"] == "yes" and row["ours / paper"] == "mean step: yes (0.62x)"
 
@@ -464,7 +446,7 @@ def test_per_token_cost_claim_reads_one_length_the_longest():
     ops = pd.concat([_ops([("prefill", b, 1.0), ("decode", b, 40.0 if length == 128 else 4.0 / b)], seq_len=length)
                      for length in (128, 512) for b in (1, 4, 16)])
     sweep = pd.DataFrame({"op": "total", "tokens": [64, 128, 256], "ms": [64.0, 128.0, 256.0]})
-    cost, _ = CHECK["per_token_cost"](_Frames({("per_token_cost", "ops"): ops, ("tile_quantization", "sweep"): sweep}))
+    cost, _ = CHECK["per_token_cost"](Frames({("per_token_cost", "ops"): ops, ("tile_quantization", "sweep"): sweep}))
     # 4x at batch 1 points the paper's way, at 1/66 of its 200x's effect.
     assert cost["ours"] == "4.0x at batch 1, 0.2x at batch 16 (length 512)" and cost["holds"] == "smaller"
     assert cost["ours / paper"] == "B=1: smaller (0.0151x)"
@@ -479,7 +461,7 @@ def test_saturation_from_the_fewest_measured_tokens_past_512_is_decided_by_the_f
     # Batch x length starts at 1024 tokens, already flat there: it cannot say whether 512 were enough.
     ops = _ops([("prefill", b, 1.0) for b in (1, 2, 4)] + [("decode", b, 50.0) for b in (1, 2, 4)], seq_len=1024)
     sweep = pd.DataFrame({"op": "total", "tokens": tokens, "ms": [n / 1000 * ms for n, ms in zip(tokens, fine_ms)]})
-    _, saturation = CHECK["per_token_cost"](_Frames({("per_token_cost", "ops"): ops,
+    _, saturation = CHECK["per_token_cost"](Frames({("per_token_cost", "ops"): ops,
                                                    ("tile_quantization", "sweep"): sweep}))
     assert "from 1024 tokens (the fewest measured)" in saturation["ours"] and saturation["holds"] == holds
 
@@ -487,10 +469,10 @@ def test_saturation_from_the_fewest_measured_tokens_past_512_is_decided_by_the_f
 def test_decode_speedup_claim_leaves_out_points_where_riding_decodes_measured_free():
     # Batch 2: the hybrid iteration took less than the chunk alone, a riding cost of -5 ms: noise.
     table = pd.concat([_piggyback(4, 40.0, 100.0, 107.5), _piggyback(2, 30.0, 100.0, 95.0)])
-    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): table}))
+    (row,) = CHECK["decode_speedup"](Frames({("decode_speedup", "piggyback"): table}))
     assert row["ours"].startswith("4.0x-4.0x over batch sizes 2, 4") and "1 of 2 points within noise" in row["ours"]
     assert row["holds"] == "yes"
-    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): _piggyback(2, 30.0, 100.0, 100.0)}))
+    (row,) = CHECK["decode_speedup"](Frames({("decode_speedup", "piggyback"): _piggyback(2, 30.0, 100.0, 100.0)}))
     assert row["ours"].startswith("no point resolved") and row["holds"] == "unclear"
 
 
@@ -498,7 +480,7 @@ def test_pd_ratio_with_a_failed_static_run_reads_the_points_that_have_a_baseline
     # The static run of chunk 128 failed: its sarathi run has no baseline and no gain.
     summary = pd.DataFrame([{"scheduler": s, "chunk": c, "total_throughput_tok_s": t, **KEYS}
                             for s, c, t in (("static", 64, 90.0), ("sarathi", 64, 99.0), ("sarathi", 128, 121.0))])
-    (peak, gain) = CHECK["pd_ratio"](_Frames({("pd_ratio", "summary"): summary}))
+    (peak, gain) = CHECK["pd_ratio"](Frames({("pd_ratio", "summary"): summary}))
     assert "C=128" not in peak["ours"] and gain["ours"] == "peak 1.10x; 1 of 1 points >= 1.1x; lowest 1.10x"
 
 
@@ -516,7 +498,7 @@ def test_pd_ratio_judges_tile_aligned_chunks_and_predicts_their_peak_from_the_al
     assert gains.set_index(["chunk_align", "pd_ratio"]).effective_chunk.to_dict() == {
         ("none", 4.0): 64, ("none", 16.0): 64, ("none", 64.0): 64, ("tile", 4.0): 60, ("tile", 16.0): 60,
         ("tile", 64.0): 60}
-    (peak, gain) = CHECK["pd_ratio"](_Frames({("pd_ratio", "summary"): pd.DataFrame(rows)}))
+    (peak, gain) = CHECK["pd_ratio"](Frames({("pd_ratio", "summary"): pd.DataFrame(rows)}))
     assert peak["ours"] == "tile-aligned chunks: C=64 B=5: best 1.30x at 16, predicted peak 15"
     assert peak["holds"] == "yes"
     # At P:D 4 the aligned run's 1.00x has no direction: left out of the count.
@@ -538,7 +520,7 @@ def test_orca_compare_judges_tile_aligned_sarathi_and_shows_each_variant_s_range
     assert variants["static0tile100.0-0"] == "baseline" and variants["orca4tile112.0-0"] == "Orca best"
     assert variants["sarathi0tile120.0-1"] == "SARATHI (tile-aligned)"
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
-    (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): runs,
+    (row,) = CHECK["orca_compare"](Frames({("orca_compare", "summary"): runs,
                                           ("orca_compare", "iterations"): iterations}))
     # 1.20x over 1.10-1.12x: 0.49-0.63 of the paper's effect at 1K (1.27x over 1.11x), across the 2x band.
     assert row["holds"] == "unclear" and row["ours / paper"].startswith("length 256 (paper's 1K): unclear (0.562x")
@@ -577,7 +559,7 @@ def test_decode_speedup_figure_leaves_out_points_where_riding_decodes_measured_f
 def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged():
     # Every sarathi_serve run failed: no load can say whether its TBT is the lowest.
     summary = _latency({0.5: {"vllm": 0.4, "orca": 0.3}, 1.5: {"vllm": 0.4, "orca": 0.6}})
-    (row,) = CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary}))
+    (row,) = CHECK["scheduler_latency"](Frames({("scheduler_latency", "summary"): summary}))
     assert row["holds"] == "n/a"
     # The missing scheduler's number reads why it is missing, never nan.
     assert "nan" not in row["ours"] and "qps 0.5: sarathi_serve left out (no finished run), vllm 400 ms" in row["ours"]
@@ -587,7 +569,7 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
                          for length in (256, 512) for s, g, t in (("static", 0, 100.0), ("orca", 4, 110.0),
                                                                   ("sarathi", 0, 120.0))])
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
-    (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): runs,
+    (row,) = CHECK["orca_compare"](Frames({("orca_compare", "summary"): runs,
                                           ("orca_compare", "iterations"): iterations}))
     assert row["holds"] == "yes" and "length 256: SARATHI 1.20x, Orca best 1.10x" in row["ours"]
     assert "nan" not in row["ours"] and "worst left out (no finished run)" in row["ours"]
@@ -595,7 +577,7 @@ def test_a_scheduler_or_variant_whose_every_run_failed_leaves_the_claim_unjudged
 
 def test_a_claim_names_why_its_runs_were_left_out():
     # Every sarathi_serve run was flagged unreliable: its number says so, from the note the tables keep.
-    class Unreliable(_Frames):
+    class Unreliable(Frames):
         def unreliable_note(self, name):
             return "2 of 6 runs left out: timing unreliable"
 
@@ -650,12 +632,12 @@ def _aligned_and_fixed() -> pd.DataFrame:
 
 
 def test_decode_speedup_claim_judges_the_tile_aligned_chunks_and_shows_both():
-    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): _aligned_and_fixed()}))
+    (row,) = CHECK["decode_speedup"](Frames({("decode_speedup", "piggyback"): _aligned_and_fixed()}))
     assert row["ours"].startswith("tile-aligned chunks (chunk + B - 1 a multiple of 128): 10.0x-10.0x; "
                                   "fixed chunk: 4.0x-4.0x over batch sizes 4")
     assert row["holds"] == "yes"
     fixed = _aligned_and_fixed().query("chunk_align == 'none'")
-    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): fixed}))
+    (row,) = CHECK["decode_speedup"](Frames({("decode_speedup", "piggyback"): fixed}))
     assert row["ours"].startswith("4.0x-4.0x over") and row["holds"] == "yes"
 
 

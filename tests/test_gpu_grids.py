@@ -10,6 +10,7 @@ from sarathi_lab.analysis import derive, paper, registry
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.gpu import budget, queue
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, format_plan
+from tests.results_frames import Frames
 
 CHECK = {r.name: r.claims for r in registry.RESULTS}
 ALIGN = derive.CHUNK_ALIGN
@@ -94,23 +95,6 @@ def _number(text: str):
         return text
 
 
-class _Frames:
-    def __init__(self, frames):
-        self.frames = frames
-
-    def table(self, name, table):
-        return self.frames[name, table]
-
-    def summary(self, name):
-        return self.frames[name, "summary"]
-
-    def sweep_note(self, name):
-        return ""
-
-    def unreliable_note(self, name):
-        return ""
-
-
 def _judged(rows: list[dict]) -> None:
     for row in rows:
         assert row["holds"] not in ("n/a", ""), row
@@ -127,7 +111,7 @@ def test_per_token_cost_claims_are_judged_on_its_gpu_jobs():
                         "ms_per_token": per_token})
     sweep = pd.DataFrame({"op": "total", "tokens": [128, 256, 384, 512, 1024],
                           "ms": [4.0, 6.0, 8.0, 10.0, 20.0]})
-    _judged(CHECK["per_token_cost"](_Frames({("per_token_cost", "ops"): pd.DataFrame(ops),
+    _judged(CHECK["per_token_cost"](Frames({("per_token_cost", "ops"): pd.DataFrame(ops),
                                              ("tile_quantization", "sweep"): sweep})))
 
 
@@ -138,7 +122,7 @@ def test_decode_speedup_claim_is_judged_on_its_gpu_jobs():
             for _, job in _jobs("paper.decode_speedup").iterrows()
             for it, ms in (("decode_only", 20.0), ("chunk_alone", 50.0),
                            ("hybrid", 50.0 + 2.0 * (job.batch_size - 1)))]
-    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): pd.DataFrame(rows)}))
+    (row,) = CHECK["decode_speedup"](Frames({("decode_speedup", "piggyback"): pd.DataFrame(rows)}))
     _judged([row])
     assert row["ours / paper"].count("length") == len(paper.LARGEST_BATCH)
 
@@ -154,7 +138,7 @@ def test_pd_ratio_claims_are_judged_on_its_gpu_jobs():
         gain = 1.25 if job.pd_ratio == 14 else 1.12
         return 100.0 * (gain if job.scheduler == "sarathi" else 1.0) + job.seed
 
-    _judged(CHECK["pd_ratio"](_Frames({("pd_ratio", "summary"): _served("paper.pd_ratio", throughput)})))
+    _judged(CHECK["pd_ratio"](Frames({("pd_ratio", "summary"): _served("paper.pd_ratio", throughput)})))
 
 
 def test_chunk_batch_claims_are_judged_on_its_gpu_jobs():
@@ -166,7 +150,7 @@ def test_chunk_batch_claims_are_judged_on_its_gpu_jobs():
     summary = summary.assign(seq_len=1024, batch_size=18, pd_ratio=15, chunk_align=[
         "none" if a == "none" or c + 17 < paper.TILE else "tile"
         for a, c in zip(summary[ALIGN], summary.chunk)])
-    _judged(CHECK["chunk_batch"](_Frames({("chunk_batch", "summary"): summary})))
+    _judged(CHECK["chunk_batch"](Frames({("chunk_batch", "summary"): summary})))
 
 
 def test_chunk_overhead_claims_are_judged_on_its_gpu_jobs():
@@ -174,7 +158,7 @@ def test_chunk_overhead_claims_are_judged_on_its_gpu_jobs():
     slowdown = jobs.chunk.map({64: 3.0, 256: 1.15, 512: 1.05})
     summary = jobs.assign(attention_slowdown=slowdown, prefill_slowdown=slowdown,
                           end_to_end_slowdown=slowdown, kv_reread_ratio=4.0)
-    _judged(CHECK["chunk_overhead"](_Frames({("chunk_overhead", "summary"): summary})))
+    _judged(CHECK["chunk_overhead"](Frames({("chunk_overhead", "summary"): summary})))
 
 
 def test_orca_compare_claim_is_judged_on_its_gpu_jobs():
@@ -182,7 +166,7 @@ def test_orca_compare_claim_is_judged_on_its_gpu_jobs():
     summary = _served("paper.orca_compare", lambda j: 100.0 * gains[j.scheduler] + j.seed)
     iterations = pd.DataFrame({"run_dir": summary.run_dir, "num_prefill_tokens": 256,
                                "num_decode_tokens": 17})
-    (row,) = CHECK["orca_compare"](_Frames({("orca_compare", "summary"): summary,
+    (row,) = CHECK["orca_compare"](Frames({("orca_compare", "summary"): summary,
                                             ("orca_compare", "iterations"): iterations}))
     _judged([row])
     # The fixed chunk, not swept, is not said to have failed.
@@ -193,7 +177,7 @@ def test_scheduler_latency_claim_is_judged_on_its_gpu_jobs():
     tbt = {"sarathi_serve": 0.03, "vllm": 0.09, "orca": 0.08}
     jobs = _jobs("paper.scheduler_latency")
     summary = jobs.assign(itl_p99_s=jobs.scheduler.map(tbt))
-    _judged(CHECK["scheduler_latency"](_Frames({("scheduler_latency", "summary"): summary})))
+    _judged(CHECK["scheduler_latency"](Frames({("scheduler_latency", "summary"): summary})))
 
 
 def _planned():

@@ -16,7 +16,7 @@ import yaml
 from sarathi_lab.analysis import registry
 from sarathi_lab.harness import scales
 from sarathi_lab.measure.gpu import state
-from sarathi_lab.measure.gpu.own import Progress, clock
+from sarathi_lab.measure.gpu.own import StepProgress, clock
 from sarathi_lab.measure.gpu.plan import STEPS, UNSCALED_STEPS, Step, format_plan, select
 from sarathi_lab.measure.gpu.state import StepResult
 from sarathi_lab.measure.gpu.steps.paper import job_overrides, sweep_dir
@@ -134,7 +134,7 @@ def test_progress_counts_a_step_s_own_jobs_and_scales_what_is_left_by_what_ran(t
     for i in range(2):  # finished before the run began (a resume)
         _job(folder / f"{i}", jobs[i])
     _job(folder / "9", [o for o in job_overrides(other)[0] if not o.startswith("hydra.")])  # another part's
-    progress = Progress(tmp_path, steps, dry_run=False, started=1000.0)
+    progress = StepProgress(tmp_path, steps, dry_run=False, started=1000.0)
     assert progress.poll(1001.0) == []
     # Before anything of this run finished: the plan's minutes of what is left, 2 of 4 jobs and env.
     assert progress.estimate(1001.0) == (0.0, 2 * 150 + 300)
@@ -154,8 +154,9 @@ def test_progress_counts_a_step_s_own_jobs_and_scales_what_is_left_by_what_ran(t
 
 
 def test_progress_says_the_running_step_after_a_quiet_while(tmp_path):
-    progress = Progress(tmp_path, [Step("env", 1.0, "")], dry_run=False, started=time.time())
+    progress = StepProgress(tmp_path, [Step("env", 1.0, "")], dry_run=False, started=time.time())
     state.mark_started(tmp_path, "env")
     assert progress.poll(progress.started + 60) == []
     (line,) = progress.poll(progress.started + 3600)
-    assert "env: 0 of 1 jobs finished, running" in line
+    assert line == ("[own] 1:00:00 elapsed, about 0:01:00 left (0% of this run's work done) | "
+                    "env: 0 of 1 jobs finished, running | 0 of 1 steps ended")

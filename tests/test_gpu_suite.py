@@ -15,7 +15,8 @@ import pytest
 from sarathi_lab.analysis import registry
 from sarathi_lab.harness import scales
 from sarathi_lab.measure.gpu import queue, state
-from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, format_plan, pack, select
+from sarathi_lab.measure.gpu.packing import pack
+from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, format_plan, select
 from sarathi_lab.measure.gpu.state import Metric, StepResult
 from sarathi_lab.measure.gpu.suite import exit_code, pending, record_killed
 from sarathi_lab.measure.gpu.wheels import installs_there
@@ -137,7 +138,7 @@ def test_select_by_group_keeps_suite_order():
 
 
 def test_pack_fits_each_call_and_keeps_every_step():
-    calls = pack(list(STEPS), 9.0)
+    calls = pack([list(STEPS)], 9.0).calls
     assert sorted(s.name for call in calls for s in call) == sorted(BY_NAME)
     assert all(sum(s.minutes for s in call) <= 9.0 for call in calls)
     assert "call 1:" in format_plan(list(STEPS), 9.0)
@@ -146,7 +147,7 @@ def test_pack_fits_each_call_and_keeps_every_step():
 def test_plan_puts_no_step_longer_than_the_budget_in_a_call():
     # The driver never starts a step longer than --budget-min; the plan used to give each its own
     # call ("call 5: 3.5 min paper.pd_ratio" at --budget-min 3), one that would never run it.
-    calls = pack(list(STEPS), 3.0)
+    calls = pack([list(STEPS)], 3.0).calls
     assert all(s.minutes <= 3.0 for call in calls for s in call)
     plan = format_plan(list(STEPS), 3.0)
     assert ("not started at --budget-min=3: paper.pd_ratio (4.4 min), paper.chunk_batch (4.4 min), "

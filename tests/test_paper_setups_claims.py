@@ -7,17 +7,18 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.analysis import derive, paper
-from tests.test_analysis import CHECK, DRAW, _Frames, _Measured, _on_cpu, _piggyback
+from tests.results_frames import Frames
+from tests.test_analysis import CHECK, DRAW, _Measured, _on_cpu, _piggyback
 
 
-def _orca(points) -> _Frames:
+def _orca(points) -> Frames:
     """(length, batch, P:D, {variant: throughput}) -> orca_compare's frames."""
     runs = pd.DataFrame([dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{length}-{size}-{s}-{g}",
                               seq_len=length, batch_size=size, pd_ratio=pd_, **{"workload.stagger": g})
                          for length, size, pd_, by in points
                          for (s, g), t in by.items()])
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})
-    return _Frames({("orca_compare", "summary"): _on_cpu(runs), ("orca_compare", "iterations"): iterations})
+    return Frames({("orca_compare", "summary"): _on_cpu(runs), ("orca_compare", "iterations"): iterations})
 
 
 def _variants(sarathi: float, orca_best: float) -> dict:
@@ -58,19 +59,19 @@ def test_decode_speedup_judges_the_batch_sizes_the_paper_s_device_held():
     table = pd.concat([_piggyback(size, 40.0, 100.0, 100.0 + 10.0 * (size - 1) / size).assign(seq_len=length)
                        for length, size in ((1024, 18), (3072, 6))]
                       + [_piggyback(18, 40.0, 100.0, 100.0 + 40.0 / 1.5 * 17 / 18).assign(seq_len=3072)])
-    (row,) = CHECK["decode_speedup"](_Frames({("decode_speedup", "piggyback"): table}))
+    (row,) = CHECK["decode_speedup"](Frames({("decode_speedup", "piggyback"): table}))
     assert row["holds"] == "yes" and row["value"] == pytest.approx(4.0)
     assert "4.0x-4.0x over batch sizes 6, 18 and lengths 1024, 3072 (at each length those the paper's" in row["ours"]
     assert row["ours"].endswith("what-if batches beyond the A6000's memory (B=18 at 3072), not judged: 1.5x-1.5x")
 
 
-def _chunk_batch(gains: dict[tuple[int, str], float], length: int = 1024, size: int = 18) -> _Frames:
+def _chunk_batch(gains: dict[tuple[int, str], float], length: int = 1024, size: int = 18) -> Frames:
     """{(chunk, chunk_align): SARATHI's throughput over a baseline of 100} at one setup."""
     keys = {"seq_len": length, "batch_size": size, "pd_ratio": 15.0}
     runs = [dict(scheduler="static", chunk=64, chunk_align="none", total_throughput_tok_s=100.0, **keys)]
     runs += [dict(scheduler="sarathi", chunk=c, chunk_align=a, total_throughput_tok_s=100.0 * g, **keys)
              for (c, a), g in gains.items()]
-    return _Frames({("chunk_batch", "summary"): _on_cpu(pd.DataFrame(runs))})
+    return Frames({("chunk_batch", "summary"): _on_cpu(pd.DataFrame(runs))})
 
 
 PAPER_LIKE = {(64, "none"): 0.95, (128, "none"): 1.05, (128, "tile"): 1.10, (256, "none"): 1.0,

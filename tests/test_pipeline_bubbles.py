@@ -25,6 +25,7 @@ from sarathi_lab.sim.link import Link
 from sarathi_lab.sim.parallel import StageTimes, through_stages
 from sarathi_lab.sim.pipeline_run import serve_pipeline
 from sarathi_lab.sim.stage_profile import ProfileStages
+from tests.results_frames import Frames
 
 PROFILES = Path(__file__).parent / "data" / "profiles"
 
@@ -242,20 +243,9 @@ def test_the_ci_experiment_end_to_end_with_its_claims_and_figure(tmp_path, monke
     assert "simulated by sim/pipeline.py" in fig._suptitle.get_text()
 
 
-class _Runs:
+def _runs(summary: pd.DataFrame) -> Frames:
     """Two seeds' summaries, as Results gives them; nothing left out."""
-
-    def __init__(self, summary):
-        self._summary = summary
-
-    def summary(self, name):
-        return self._summary
-
-    def unreliable_note(self, name):
-        return ""
-
-    def sweep_note(self, name):
-        return ""
+    return Frames({("pipeline_bubbles", "summary"): summary})
 
 
 def _summary(sim: bool) -> pd.DataFrame:
@@ -274,7 +264,7 @@ def test_the_ratios_and_the_claims_by_hand():
     base = table[table.baseline == "vllm"]
     assert base.measured.tolist() == [3.0, 4.0] and base.simulated.tolist() == [2.5, 2.5]
     assert base.gap.tolist() == pytest.approx([2.5 / 3 - 1, 2.5 / 4 - 1])
-    bubbles, within = result.claims(_Runs(_summary(sim=True)))
+    bubbles, within = result.claims(_runs(_summary(sim=True)))
     # Judged on Orca-style, §5.3's baseline: 1.5-2.0x against the paper's 6.29x, effects 0.09-0.19 of
     # the paper's, both under half: smaller.
     assert bubbles["holds"] == "smaller" and bubbles["value"] == pytest.approx(1.75)
@@ -283,12 +273,12 @@ def test_the_ratios_and_the_claims_by_hand():
     # The gaps: baseline -17% and -38%, Orca-style 1.5 / 1.5 - 1 = 0% and 1.5 / 2 - 1 = -25%: one of four within 15%.
     assert within["holds"] == "partly" and within["value"] == pytest.approx(1 - 2.5 / 4)
     # Without a profile the measurement stands and the prediction is said to be missing, not judged.
-    bubbles, within = result.claims(_Runs(_summary(sim=False)))
+    bubbles, within = result.claims(_runs(_summary(sim=False)))
     assert bubbles["holds"] == "smaller" and "simulated left out (no profile" in bubbles["ours"]
     # Without Orca's runs the prefill-first baseline's ratio is judged, and named: 3.0-4.0x, effects
     # 0.38-0.57 of the paper's, spanning smaller and yes: unclear.
     no_orca = _summary(sim=True).query("scheduler != 'orca'")
-    bubbles, _ = result.claims(_Runs(no_orca))
+    bubbles, _ = result.claims(_runs(no_orca))
     assert bubbles["holds"] == "unclear" and "median bubble, baseline / SARATHI" in bubbles["ours / paper"]
     assert within["holds"] == "n/a"
 

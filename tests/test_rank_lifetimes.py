@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
@@ -53,57 +55,59 @@ def test_a_script_on_stdin_or_without_the_main_guard_runs_on_two_ranks(how, tmp_
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
-def test_a_rank_that_dies_while_the_ranks_join_ends_the_start_with_a_line_naming_it(monkeypatch):
+def _start_with_rank_1(monkeypatch, done_to_it: Callable[[BaseProcess], object]) -> None:
+    """The next driver.ranks(2) starts its ranks with ``done_to_it`` done to rank 1 at once; the
+    join timeout bounded at two minutes, a regression's wait."""
     for module in (group, spawn):
-        monkeypatch.setattr(module, "JOIN_TIMEOUT_S", 120.0)  # a regression's wait, bounded
+        monkeypatch.setattr(module, "JOIN_TIMEOUT_S", 120.0)
     started = spawn.start
 
-    def start_and_kill(size, port):
+    def start(size, port):
         processes = started(size, port)
-        processes[0].kill()  # rank 1, before it could join
+        done_to_it(processes[0])
         return processes
 
-    monkeypatch.setattr(spawn, "start", start_and_kill)
+    monkeypatch.setattr(spawn, "start", start)
     driver.close()  # a group of 2 left by an earlier test in this process would be reused, not started
+
+
+def _the_next_start_joins(monkeypatch) -> None:
+    """Nothing of the failed start is kept or left waiting (its ranks were ended with it): the next
+    one, unhindered, joins."""
+    assert driver._ranks is None
+    monkeypatch.undo()
+    try:
+        assert driver.ranks(2).size == 2
+    finally:
+        driver.close()
+
+
+def test_a_rank_that_dies_while_the_ranks_join_ends_the_start_with_a_line_naming_it(monkeypatch):
+    _start_with_rank_1(monkeypatch, lambda rank: rank.kill())  # before it could join
     begun = time.monotonic()
     named = r"^2 ranks: rank 1 \(exit code -9: killed by SIGKILL\) died before the ranks joined"
     with pytest.raises(RuntimeError, match=named) as e:
         driver.ranks(2)
     assert time.monotonic() - begun < group.JOIN_TIMEOUT_S / 4  # seconds, not the join timeout
     assert "\n" not in str(e.value)
-    assert driver._ranks is None
-    monkeypatch.undo()
-    try:  # nothing of the failed start is left waiting: the next one joins
-        assert driver.ranks(2).size == 2
-    finally:
-        driver.close()
+    _the_next_start_joins(monkeypatch)
 
 
 def test_a_rank_that_hangs_before_it_started_ends_the_start_within_10_s(monkeypatch):
     # The driver waited for the join timeout (five minutes; here bounded at two).
-    for module in (group, spawn):
-        monkeypatch.setattr(module, "JOIN_TIMEOUT_S", 120.0)
-    started, stopped = spawn.start, []
+    stopped = []
 
-    def start_and_stop(size, port):
-        processes = started(size, port)
-        os.kill(processes[0].pid, signal.SIGSTOP)  # rank 1: alive, never answering
+    def stop(rank):
+        os.kill(rank.pid, signal.SIGSTOP)  # alive, never answering
         stopped.append(time.monotonic())
-        return processes
 
-    monkeypatch.setattr(spawn, "start", start_and_stop)
-    driver.close()  # a group of 2 left by an earlier test in this process would be reused
+    _start_with_rank_1(monkeypatch, stop)
     named = (r"^2 ranks: rank 1 used no CPU for 5 s before it started \(it hangs: stopped, or "
              r"blocked on a lock or a read\), so the run stops$")
     with pytest.raises(RuntimeError, match=named):
         driver.ranks(2)
     assert time.monotonic() - stopped[0] < 10
-    assert driver._ranks is None
-    monkeypatch.undo()
-    try:  # the stopped rank was ended with the start: the next one joins
-        assert driver.ranks(2).size == 2
-    finally:
-        driver.close()
+    _the_next_start_joins(monkeypatch)
 
 
 def test_a_rank_that_dies_while_the_engine_is_built_ends_the_start_within_10_s(monkeypatch):

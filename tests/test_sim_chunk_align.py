@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.measure.sim_check import sim_chunk_align
-from tests.test_analysis import _Frames
+from tests.results_frames import Frames
 
 
 def _pd_ratio() -> pd.DataFrame:
@@ -36,7 +36,7 @@ def _orca() -> pd.DataFrame:
 
 
 def test_each_headline_with_either_alignment_and_how_far_it_moves():
-    table = sim_chunk_align.table(_Frames({("pd_ratio", "summary"): _pd_ratio(),
+    table = sim_chunk_align.table(Frames({("pd_ratio", "summary"): _pd_ratio(),
                                            ("orca_compare", "summary"): _orca()}))
     by = table.set_index(["experiment", "headline", "seq_len"])
     peak = by.loc["pd_ratio", "peak gain over the baseline (x)", 1024]

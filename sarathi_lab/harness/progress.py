@@ -14,6 +14,12 @@ from sarathi_lab.harness.interrupts import raise_if_interrupted
 log = logging.getLogger(__name__)
 
 
+def progress_line(*fields: str) -> str:
+    """A progress line of its fields, as a run's and the GPU suite's own run (measure/gpu/own.py)
+    print theirs."""
+    return " | ".join(fields)
+
+
 class Progress:
     def __init__(self, total_tokens: int, num_requests: int, live_metrics: Callable[[], Metrics],
                  interactive: bool | None = None):
@@ -39,11 +45,13 @@ class Progress:
             return
         self._last = now
         done = sum(r.finish is not None for r in self._live_metrics().requests)
-        text = f"iter {self._iterations} | {done}/{self._num_requests} requests done"
+        fields = (f"iter {self._iterations}", f"{done}/{self._num_requests} requests done")
         if self._bar is not None:
-            self._bar.set_postfix_str(text, refresh=False)  # the bar shows tokens/s itself
+            # the bar shows tokens/s itself
+            self._bar.set_postfix_str(progress_line(*fields), refresh=False)
         else:
-            log.info("%s | %.0f tok/s", text, self._tokens / (now - self._start))
+            log.info("%s", progress_line(*fields,
+                                         f"{self._tokens / (now - self._start):.0f} tok/s"))
 
     def close(self) -> None:
         if self._bar is not None:

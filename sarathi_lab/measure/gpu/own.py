@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from sarathi_lab.config import REPO_ROOT, device_slug
+from sarathi_lab.harness.progress import progress_line
 from sarathi_lab.harness.results import is_finished
 from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.plan import Step
@@ -54,20 +55,20 @@ class Stopped(Exception):
     """SIGTERM to the driver: stop the worker as on Ctrl-C."""
 
 
-def start(out: Path, todo: list[Step], dry_run: bool) -> Progress:
+def start(out: Path, todo: list[Step], dry_run: bool) -> StepProgress:
     """Stop on SIGTERM as on Ctrl-C; returns the progress the driver prints."""
     def stop(signum, _frame):
         raise Stopped(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, stop)
-    watch = Progress(out, todo, dry_run)
+    watch = StepProgress(out, todo, dry_run)
     if todo:
         print(f"[own] {len(todo)} steps to run, {sum(s.minutes for s in todo):.0f} min expected by "
               "the plan; Ctrl-C stops, the same command resumes", flush=True)
     return watch
 
 
-def finish(watch: Progress, out: Path) -> None:
+def finish(watch: StepProgress, out: Path) -> None:
     """The last progress lines, then what the folder holds, the claims and figures first."""
     figures = sorted((out / "figures").glob("*.png"))
     kept = [name for name in ("claims.md", "claims.csv", "summary.csv") if (out / name).is_file()]
@@ -100,7 +101,9 @@ class StepJobs:
 
 
 @dataclass
-class Progress:
+class StepProgress:
+    """An own run's steps and their sweeps' jobs, read from the out directory as the worker writes
+    them: a line per job finished and step ended, with the time elapsed and left at this pace."""
     out: Path
     steps: list[Step]
     dry_run: bool
@@ -187,7 +190,7 @@ class Progress:
         lines, ended = [], sum(r is not None for r in results.values()) - sum(e for _, e in news)
         for what, ends in news:
             ended += ends
-            lines.append(f"[own] {clock(now - self.started)} elapsed, about {clock(left)} left "
-                         f"({fraction:.0%} of this run's work done) | {what} | {ended} of "
-                         f"{len(self._jobs)} steps ended")
+            lines.append("[own] " + progress_line(
+                f"{clock(now - self.started)} elapsed, about {clock(left)} left ({fraction:.0%} "
+                "of this run's work done)", what, f"{ended} of {len(self._jobs)} steps ended"))
         return lines

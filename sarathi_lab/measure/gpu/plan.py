@@ -8,6 +8,7 @@ from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.paper_result import GpuPart
 from sarathi_lab.harness import scales
 from sarathi_lab.measure.gpu import budget
+from sarathi_lab.measure.gpu.packing import pack
 from sarathi_lab.measure.profiling.attention_grid import GRIDS
 from sarathi_lab.measure.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
 
@@ -169,20 +170,6 @@ def select(spec: str | None, unscaled: bool = False) -> list[Step]:
     return [s for s in steps if s.name in wanted or s.group in wanted or _result_of(s) in wanted]
 
 
-def pack(steps: list[Step], budget_min: float) -> list[list[Step]]:
-    """Each call starts every step that still fits, in order; one over the budget is in none."""
-    calls, left = [], [s for s in steps if s.minutes <= budget_min]
-    while left:
-        call, room = [], budget_min
-        for step in list(left):
-            if step.minutes <= room:
-                call.append(step)
-                room -= step.minutes
-                left.remove(step)
-        calls.append(call)
-    return calls
-
-
 def format_plan(steps: list[Step], budget_min: float | None,
                 parts: dict[str, Estimate] | None = None) -> str:
     """``parts``: each paper step's expected seconds in parts (queue.measured), shown apart."""
@@ -210,10 +197,12 @@ def format_plan(steps: list[Step], budget_min: float | None,
                      "the lease's measured jobs, in its module)")
         return "\n".join(lines)
     lines.append(f"\ncalls of {budget_min:g} min (--budget-min; what is still due: --next):")
-    for i, call in enumerate(pack(steps, budget_min), 1):
+    # The selection is one group: a plain call runs every selected step it can, in suite order.
+    packed = pack([steps], budget_min)
+    for i, call in enumerate(packed.calls, 1):
         lines.append(f"  call {i}: {sum(s.minutes for s in call):4.1f} min  "
                      f"{', '.join(s.name for s in call)}")
-    if too_long := [s for s in steps if s.minutes > budget_min]:
+    if packed.too_long:
         lines.append(f"  not started at --budget-min={budget_min:g}: "
-                     + ", ".join(f"{s.name} ({s.minutes:g} min)" for s in too_long))
+                     + ", ".join(f"{s.name} ({s.minutes:g} min)" for s in packed.too_long))
     return "\n".join(lines)

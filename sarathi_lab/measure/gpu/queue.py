@@ -12,6 +12,7 @@ from sarathi_lab.analysis import gpu_records
 from sarathi_lab.analysis.gpu_records import StepResult
 from sarathi_lab.harness import scales
 from sarathi_lab.measure.gpu import archive_members, engine_code, parts, process_groups, state
+from sarathi_lab.measure.gpu.packing import pack
 from sarathi_lab.measure.gpu.parts import Estimate, StepParts
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, Step
 from sarathi_lab.measure.gpu.steps.paper import job_overrides
@@ -321,33 +322,13 @@ def measured(steps: list[Step], root: Path) -> tuple[list[Step], dict[str, Estim
     return [replace(s, minutes=minutes(s)) for s in steps], parts
 
 
-def pack(groups: list[list[Planned]],
-         budget_min: float) -> tuple[list[list[Planned]], list[Planned]]:
-    """Calls per group in order, taking steps while they fit; also steps longer than a budget."""
-    calls, too_long = [], []
-    for group in groups:
-        call, room = [], budget_min
-        for p in group:
-            if p.minutes > budget_min:
-                too_long.append(p)
-                continue
-            if p.minutes > room:
-                calls.append(call)
-                call, room = [], budget_min
-            call.append(p)
-            room -= p.minutes
-        if call:
-            calls.append(call)
-    return calls, too_long
-
-
 def due_in_order(planned: dict[str, Planned]) -> list[tuple[Call, list[Planned]]]:
     return [(call, [planned[s.name] for s in steps if planned[s.name].due])
             for call, steps in ordered()]
 
 
 def head(planned: dict[str, Planned], budget_min: float) -> list[str]:
-    calls, _ = pack([ps for _, ps in due_in_order(planned)], budget_min)
+    calls = pack([ps for _, ps in due_in_order(planned)], budget_min).calls
     return [p.step.name for p in calls[0]] if calls else []
 
 
@@ -355,7 +336,8 @@ def format_queue(planned: dict[str, Planned], budget_min: float, commit: str) ->
     """The queue as ``--next`` prints it: what is done at this code, then each call."""
     groups = due_in_order(planned)
     call_of = {p.step.name: call for call, ps in groups for p in ps}
-    calls, too_long = pack([ps for _, ps in groups], budget_min)
+    packed = pack([ps for _, ps in groups], budget_min)
+    calls, too_long = packed.calls, packed.too_long
     done = [p for p in planned.values() if not p.due]
     due = sum(len(ps) for _, ps in groups)
     lines = [f"GPU queue at {commit}: {due} steps due, {len(done)} done at this engine code; "

@@ -62,7 +62,7 @@ def record_killed(out: Path, steps: list[Step], since: float, why: str) -> None:
                                                      time.time() - began, error=why))
 
 
-def run_worker(job: dict, watch: own.Progress | None = None) -> int:
+def run_worker(job: dict, watch: own.StepProgress | None = None) -> int:
     """worker.main's ``job``; its exit status. Interrupted: stopped as at a deadline."""
     # Weights drawn in float32, cast one by one: freed pages return before the KV cache.
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
@@ -95,7 +95,7 @@ def print_table(out: Path, names: list[str]) -> None:
 
 
 def run_steps(job: dict, todo: list[Step], out: Path, deadline: float | None, budget: float | None,
-              watch: own.Progress | None) -> bool:
+              watch: own.StepProgress | None) -> bool:
     """Workers until ``todo`` is settled or the budget ends; True where one died settling none."""
     while todo:
         if deadline and not any(time.time() + s.minutes * 60 <= deadline for s in todo):
@@ -174,16 +174,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = cli_args.Parser(prog="python -m sarathi_lab.measure gpu",
                              description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--plan", action="store_true",
-                        help="print the steps and expected minutes, run nothing")
-    parser.add_argument("--next", action="store_true",
-                        help="the queue: every step still due at this engine code, call by call, "
-                             "most valuable first (runs kept in docs/gpu/, and --out's or "
-                             "--restore's unfinished suite)")
-    parser.add_argument("--run", action="store_true",
-                        help="with --next: run the queue's head, the steps of its first call")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="every step on the CPU at tiny shapes")
+
+    def switch(flag: str, what: str) -> None:  # an option on or off, off unless given
+        parser.add_argument(flag, action="store_true", help=what)
+
+    switch("--plan", "print the steps and expected minutes, run nothing")
+    switch("--next", "the queue: every step still due at this engine code, call by call, most "
+                     "valuable first (runs kept in docs/gpu/, and --out's or --restore's "
+                     "unfinished suite)")
+    switch("--run", "with --next: run the queue's head, the steps of its first call")
+    switch("--dry-run", "every step on the CPU at tiny shapes")
     parser.add_argument("--steps", default=None,
                         help="comma-separated steps or groups (default: all)")
     cli_args.shared(parser, out="results (default outputs/gpu, or outputs/gpu-dry; --own: "
@@ -194,12 +194,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--restore", type=Path, default=None,
                         help="an earlier call's suite.tar.gz: its "
                              "files the out directory lacks are restored")
-    parser.add_argument("--retry-failed", action="store_true",
-                        help="rerun steps that failed before")
-    parser.add_argument("--own", action="store_true",
-                        help="your own GPU: every step at the paper's setting, no call budget, a "
-                             "progress line a job with the time left; claims and figures in "
-                             "outputs/paper_gpu/<device>/")
+    switch("--retry-failed", "rerun steps that failed before")
+    switch("--own", "your own GPU: every step at the paper's setting, no call budget, a progress "
+                    "line a job with the time left; claims and figures in "
+                    "outputs/paper_gpu/<device>/")
     return parser
 
 
