@@ -14,9 +14,10 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from sarathi_lab.analysis import derive, gpu_records, paper
+from sarathi_lab.analysis import derive, gpu_records
 from sarathi_lab.analysis.paper_results import (
     chunk_overhead,
+    decode_speedup,
     orca_compare,
     pd_ratio,
     per_token_cost,
@@ -83,7 +84,7 @@ def _decode_speedup(row, folder):
     m = re.search(rf"{X}-{X}", row["ours"])
     if not m:
         return None
-    ends = [judge(float(g), paper.DECODE_SPEEDUP) for g in m.groups()]
+    ends = [judge(float(g), decode_speedup.DECODE_SPEEDUP) for g in m.groups()]
     return Read([("the range's ends", over(ends))],
                 "from the row's range, its points not kept by the lease: configurations the "
                 "paper's A6000 does not fit (B=18 at 2K / 3K) not separable")
@@ -101,16 +102,16 @@ def _attention(row, folder):
     if not m:
         return None
     # The row's spread is its headline's, chunk 64's attention at the longest length.
-    attention = judge(float(m[1]), paper.CHUNK64_ATTENTION_SLOWDOWN, seeds_spread(row))
+    attention = judge(float(m[1]), chunk_overhead.CHUNK64_ATTENTION_SLOWDOWN, seeds_spread(row))
     prefill = chunk_overhead.slowdown_point(pd.Series([float(m[2])]),
-                                            paper.CHUNK64_PREFILL_SLOWDOWN)
+                                            chunk_overhead.CHUNK64_PREFILL_SLOWDOWN)
     return Read([(f"length {m[3]} attention", attention), (f"length {m[3]} prefill", prefill)])
 
 
 def _prefill_bounds(row, folder):
     length = re.search(r"at length (\d+)", row["ours"])
     found = re.findall(rf"chunk (\d+): {X} prefill", row["ours"])
-    bounds = paper.PREFILL_SLOWDOWN_BOUND
+    bounds = chunk_overhead.PREFILL_SLOWDOWN_BOUND
     points = [(f"length {length[1] if length else '?'} C={c}",
                chunk_overhead.slowdown_point(pd.Series([float(x)]), bounds[int(c)]))
               for c, x in found if int(c) in bounds]

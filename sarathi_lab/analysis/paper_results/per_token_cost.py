@@ -1,23 +1,31 @@
 """Fig. 3/4: what a decode token costs against a prefill token, by operation and batch size."""
 from __future__ import annotations
 
-from sarathi_lab.analysis import derive, paper
+from sarathi_lab.analysis import derive
 from sarathi_lab.analysis.claims import judged_row
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 from sarathi_lab.analysis.verdict import SIZE, Judged, judge
 from sarathi_lab.model import load_config
 
+# Fig. 3/4 at sequence length 1024: decode over prefill per-token time, by batch size.
+DECODE_OVER_PREFILL = {1: 200.0, 2: 100.0, 18: 16.7}
+# Fig. 4: prefill throughput saturates at about 180 tokens/ms once batch x length reaches 512.
+# Fig. 4a's rate is one layer's: LLaMA-13B's LAYERS run a token that many times slower.
+PREFILL_SATURATION_TOKENS = 512
+PREFILL_TOKENS_PER_MS = 180.0
+LAYERS = 40
+
 
 def decode_over_prefill_points(ratios: dict[int, float]) -> list[tuple[str, Judged]]:
     """Ours at each batch size the paper gives (Fig. 3/4), by batch size measured."""
-    return [(f"B={b:g}", judge(ratios[b], paper.DECODE_OVER_PREFILL[b]))
-            for b in paper.DECODE_OVER_PREFILL if b in ratios]
+    return [(f"B={b:g}", judge(ratios[b], DECODE_OVER_PREFILL[b]))
+            for b in DECODE_OVER_PREFILL if b in ratios]
 
 
 def saturation_point(tokens: int, fewest_measured: bool) -> Judged:
     """Where prefill saturates against the paper's 512; reached at the fewest tokens measured it
     is only a bound (no fewer than that is known), unresolved where the bound could still agree."""
-    judged = judge(tokens, paper.PREFILL_SATURATION_TOKENS, kind=SIZE)
+    judged = judge(tokens, PREFILL_SATURATION_TOKENS, kind=SIZE)
     if fewest_measured and judged.word != "smaller":
         return Judged("unresolved", why=f"saturated at the fewest tokens measured, {tokens}")
     return judged
@@ -26,12 +34,12 @@ def saturation_point(tokens: int, fewest_measured: bool) -> Judged:
 def per_layer_rate(tokens_per_ms: float, layers: int | None) -> str:
     """A whole model's prefill rate beside the paper's, which is one layer's (Fig. 4a)."""
     if layers is None:
-        return (f"rate not compared: the paper's ~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms is one "
+        return (f"rate not compared: the paper's ~{PREFILL_TOKENS_PER_MS:g} tokens/ms is one "
                 "layer's, and these runs do not name their model's layers")
     per_layer = tokens_per_ms * layers
     return (f"a layer's rate {per_layer:.0f} tokens/ms ({tokens_per_ms:.3g} x {layers} layers), "
-            f"{per_layer / paper.PREFILL_TOKENS_PER_MS:.2g}x the paper's one-layer "
-            f"~{paper.PREFILL_TOKENS_PER_MS:g} (a device's speed: not judged)")
+            f"{per_layer / PREFILL_TOKENS_PER_MS:.2g}x the paper's one-layer "
+            f"~{PREFILL_TOKENS_PER_MS:g} (a device's speed: not judged)")
 
 
 def _layers(results) -> int | None:
@@ -70,9 +78,9 @@ def claims(results) -> list[dict]:
                    decode_over_prefill_points(dict(zip(ratio.batch_size, ratio.ratio))),
                    small.ratio),
         judged_row("per_token_cost", "Prefill throughput saturates by batch x length = 512 tokens",
-                   f"~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms a layer (Fig. 4a; "
-                   f"{paper.PREFILL_TOKENS_PER_MS / paper.LAYERS:.1f} for LLaMA-13B's "
-                   f"{paper.LAYERS}) from {paper.PREFILL_SATURATION_TOKENS} tokens",
+                   f"~{PREFILL_TOKENS_PER_MS:g} tokens/ms a layer (Fig. 4a; "
+                   f"{PREFILL_TOKENS_PER_MS / LAYERS:.1f} for LLaMA-13B's "
+                   f"{LAYERS}) from {PREFILL_SATURATION_TOKENS} tokens",
                    f"{sat['tokens_per_ms']:.2f} tokens/ms (whole model); within 10% of it from "
                    f"{sat['tokens']} tokens{at_least}; in tile_quantization's "
                    f"finer steps from {fine['tokens']} tokens",
@@ -108,7 +116,7 @@ def figure(results, simulated=None):
                                       sim.groupby("seq_len")):
             axes[2].plot(g.batch_size, g.ratio, color=color, label=f"{label}, {length:g}",
                          **figures.SIM_STYLE)
-    axes[2].scatter(list(paper.DECODE_OVER_PREFILL), list(paper.DECODE_OVER_PREFILL.values()),
+    axes[2].scatter(list(DECODE_OVER_PREFILL), list(DECODE_OVER_PREFILL.values()),
                     label="paper (13B/A6000, length 1024)", **figures.PAPER_STYLE)
     axes[2].set(yscale="log", xlabel="batch size",
                 title="decode / prefill time per "

@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab import cli_args, output_files, provenance
-from sarathi_lab.analysis import derive, paper
-from sarathi_lab.analysis.paper_results.orca_compare import ALIGNED
+from sarathi_lab.analysis import derive
+from sarathi_lab.analysis.paper_results.orca_compare import ALIGNED, ORCA_FIG11A
+from sarathi_lab.analysis.paper_results.pd_ratio import PD_PEAKS
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.harness.cli_check import compose_config
@@ -46,7 +47,7 @@ def pd_ratio_rows(results: Results) -> list[dict]:
     gains = derive.pd_ratio_gains(results.summary("pd_ratio"))
     keys = [*derive.WORKLOAD_KEYS, "chunk", "chunk_align"]
     means = gains.groupby(keys, as_index=False).gain.mean()
-    paper_peaks = {(c, b): (pd_, g) for c, b, pd_, g in paper.PD_PEAKS}
+    paper_peaks = {(c, b): (pd_, g) for c, b, pd_, g in PD_PEAKS}
     rows = []
     for (chunk, size, length), point in means.groupby(["chunk", "batch_size", "seq_len"]):
         peaks = point.loc[point.groupby("chunk_align").gain.idxmax()].set_index("chunk_align")
@@ -71,11 +72,11 @@ def orca_compare_rows(results: Results) -> list[dict]:
         where = {"experiment": "orca_compare", "seq_len": length, "batch_size": size,
                  "chunk": chunk}
         rows += [where | {"headline": "SARATHI over the baseline (x)",
-                          "paper": paper.ORCA_FIG11A["SARATHI"].get(length)}
+                          "paper": ORCA_FIG11A["SARATHI"].get(length)}
                  | _by_alignment(sarathi),
                  where | {"headline": "SARATHI over Orca's best case (x)",
-                          "paper": _ratio(paper.ORCA_FIG11A["SARATHI"].get(length),
-                                          paper.ORCA_FIG11A["Orca best"].get(length))}
+                          "paper": _ratio(ORCA_FIG11A["SARATHI"].get(length),
+                                          ORCA_FIG11A["Orca best"].get(length))}
                  | _by_alignment(sarathi / by.get("Orca best"))]
     return rows
 
