@@ -45,5 +45,9 @@ class PaperResult:
     # Why a claim's verdict differs between cost models, by claim text.
     cost_models_differ: dict[str, str] = field(default_factory=dict)
     gpu: GpuRun | None = None
+    # (a lease's claims row short of "yes", the lease, its device's tables) -> the row split into
+    # the device's part and our engine's (analysis/claim_attribution.py); None: its sweep at the
+    # device's floors beside ours (claim_attribution.at_floors).
+    attribute: Callable[[dict, Any, Any], dict] | None = None
     # False: not run on the simulator (``executor=sim`` refuses its real ranks).
     simulated: bool = True
