@@ -49,5 +49,8 @@ class PaperResult:
     # the device's part and our engine's (analysis/claim_attribution.py); None: its sweep at the
     # device's floors beside ours (claim_attribution.at_floors).
     attribute: Callable[[dict, Any, Any], dict] | None = None
+    # Its runs in the simulator-against-measured smoke (``measure sim_vs_gpu --smoke``), each its
+    # overrides at the dry scale; (): none.
+    smoke_runs: tuple[tuple[str, ...], ...] = ()
     # False: not run on the simulator (``executor=sim`` refuses its real ranks).
     simulated: bool = True

@@ -149,6 +149,7 @@ JOB_S = 8.4
 
 RESULT = PaperResult(
     name="chunk_batch", order=55, claims=claims, figure=figure,
+    smoke_runs=((),),
     reading=("**Fig. 13c, chunk size end to end.** A batch at the paper's setup (the largest that "
              "fits at each length, P:D = 256 / (B - 1)) served by SARATHI at each chunk, over "
              "the baseline on the same requests: small chunks lose to re-reading the KV cache and "

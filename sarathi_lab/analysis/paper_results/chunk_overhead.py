@@ -145,6 +145,7 @@ def attribute(row: dict, lease, t) -> dict:
 
 RESULT = PaperResult(
     name="chunk_overhead", order=50, claims=claims, figure=figure,
+    smoke_runs=((),),
     attribute=attribute,
     reading=("**Fig. 13, chunking overhead.** Small chunks re-read the KV cache and run small "
              "matmuls: chunk 64 costs ~3x in attention; 256 / 512 keep the prefill within 20% / "

@@ -237,6 +237,7 @@ def attribute(row: dict, lease, t) -> dict:
 
 RESULT = PaperResult(
     name="decode_speedup", order=30, claims=claims, figure=figure,
+    smoke_runs=((),),
     attribute=attribute,
     reading=("**Fig. 8, decode speedup.** A decode riding a prefill chunk costs a fraction of one "
              "in a decode-only iteration: 2.8x-10x decode throughput (shaded band). The paper "

@@ -150,6 +150,7 @@ def figure(results, simulated=None):
 
 RESULT = PaperResult(
     name="orca_compare", order=60, claims=claims, figure=figure,
+    smoke_runs=((),),
     reading=("**Fig. 11a, Orca.** Orca's worst case (lock step, no overlap) and best case (every "
              "later whole prefill with B - 1 decodes), run by the `orca` scheduler on two "
              "workloads (see `experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on "

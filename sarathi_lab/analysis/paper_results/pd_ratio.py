@@ -160,6 +160,9 @@ GRID_S = (len(UNSCALED_PD) * (3.5 + 4.3)
 
 RESULT = PaperResult(
     name="pd_ratio", order=40, claims=claims, figure=figure,
+    # Both schedulers at two ratios: the gain the comparison plots, measured and simulated.
+    smoke_runs=tuple((f"pd_ratio={ratio}", f"scheduler={scheduler}")
+                     for ratio in (4, 16) for scheduler in ("static", "sarathi")),
     reading=("**Fig. 9/11b, P:D.** End-to-end throughput over the baseline peaks where one chunk "
              "and B - 1 decodes fill every iteration, P:D = C / (B - 1) (dashed); the paper's "
              "peaks as stars."),

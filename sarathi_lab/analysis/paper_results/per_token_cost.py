@@ -130,6 +130,7 @@ def figure(results, simulated=None):
 
 RESULT = PaperResult(
     name="per_token_cost", order=10, claims=claims, figure=figure,
+    smoke_runs=((),),
     reading=("**Fig. 3/4, per-token cost.** At small batch a decode token costs one to two orders "
              "of magnitude more than a prefill token (200x at batch 1 on LLaMA-13B/A6000), and "
              "prefill throughput saturates early. Left: time per token by operation; right: the "

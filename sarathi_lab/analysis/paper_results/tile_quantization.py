@@ -93,6 +93,7 @@ def attribute(row: dict, lease, t) -> dict:
 
 RESULT = PaperResult(
     name="tile_quantization", order=20, claims=claims, figure=figure,
+    smoke_runs=((),),
     attribute=attribute,
     reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of "
              "the matmul tile (256 -> 257 tokens: +32%). Right: time relative to one tile's, the "
