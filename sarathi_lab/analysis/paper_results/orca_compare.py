@@ -19,6 +19,35 @@ ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "SARATHI (tile-aligne
 ALIGNED = "SARATHI (tile-aligned)"
 
 
+def orca_variants(summary: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 11a's bars: equal requests in Orca's lock step; staggered, decodes ride prefills."""
+    stagger = summary.get("workload.stagger",
+                          pd.Series(0, index=summary.index)).fillna(0).astype(int)
+    variants = []
+    for scheduler, staggered, align in zip(summary.scheduler, stagger, derive.chunk_align(summary)):
+        name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)
+        notes = ["tile-aligned"] * (align == "tile") + ["staggered"] * bool(staggered)
+        variants.append(("Orca best" if staggered else "Orca worst") if scheduler == "orca"
+                        else f"{name} ({', '.join(notes)})" if notes else name)
+    return summary.assign(variant=variants)
+
+
+def orca_gains(summary: pd.DataFrame, keys=derive.WORKLOAD_KEYS) -> pd.DataFrame:
+    """Throughput over the baseline (static, unstaggered) on the same lengths."""
+    runs = orca_variants(summary)
+    return derive.versus_baseline(runs, "total_throughput_tok_s", list(keys),
+                                  runs.variant == "baseline")
+
+
+def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the share of prompt-computing iterations with decodes, and their mean decodes."""
+    pre = iterations[iterations.num_prefill_tokens > 0]
+    grouped = pre.groupby("run_dir")
+    decodes = grouped.num_decode_tokens
+    return pd.DataFrame({"hybrid_share": decodes.apply(lambda d: (d > 0).mean()),
+                         "decodes_per_prefill_iteration": decodes.mean()}).reset_index()
+
+
 def paper_ratio(length: float) -> tuple[float, str]:
     """The paper's SARATHI over Orca's best at ``length``, or at the nearest length it ran (and
     which, where not this one)."""
@@ -42,7 +71,7 @@ def ratio_point(sarathi: pd.Series, best: pd.Series, length: float) -> tuple[str
 
 
 def claims(results) -> list[dict]:
-    gains = derive.orca_compare(results.summary("orca_compare"))
+    gains = orca_gains(results.summary("orca_compare"))
     # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     sarathi = ALIGNED if gains.variant.eq(ALIGNED).any() else "SARATHI"
     # The fixed chunk beside the aligned one where it was swept (a run of it that failed is said).
@@ -54,7 +83,7 @@ def claims(results) -> list[dict]:
     table = (gains[~what_if].pivot_table(index="seq_len", columns="variant", values="gain")
              .reindex(columns=variants))
     each = gains[gains.variant.isin(variants)].groupby(["seq_len", "batch_size", "variant"]).gain
-    overlap = derive.prefill_overlap(results.table("orca_compare", "iterations"))
+    overlap = prefill_overlap(results.table("orca_compare", "iterations"))
     best_runs = gains[(gains.variant == "Orca best") & ~what_if].run_dir
     share = overlap[overlap.run_dir.isin(best_runs)].hybrid_share.mean()
     ratio = (table[sarathi] / table["Orca best"]).min()
@@ -95,7 +124,7 @@ def _point(seq_len, batch_size, what_if: bool) -> str:
 
 def _bars(runs) -> pd.DataFrame:
     summary = runs.summary("orca_compare")
-    gains, variants = derive.orca_compare(summary), derive.orca_variants(summary)
+    gains, variants = orca_gains(summary), orca_variants(summary)
     base = variants[variants.variant == "baseline"]
     # A fresh index: seaborn cannot draw repeated labels.
     bars = pd.concat([gains, base[["seq_len", "batch_size"]].assign(variant="baseline", gain=1.0)],

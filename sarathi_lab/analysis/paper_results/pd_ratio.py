@@ -22,13 +22,53 @@ PEAK_GAIN = {chunk: gain for chunk, _, _, gain in PD_PEAKS}
 SPAN = (PD_WIDE_GAIN, max(PEAK_GAIN.values()))
 
 
+def pd_gains(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each sarathi run over the static runs just before it (same workload): drifts hit both."""
+    gains = derive.normalised_throughput(summary.assign(chunk_align=derive.chunk_align(summary)),
+                                         keys=(*derive.WORKLOAD_KEYS, "chunk"))
+    return derive.with_effective_chunk(gains.dropna(subset=["gain"]), summary)
+
+
+def pd_spread(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per sarathi point (workload, chunk, alignment): its gain's ``low`` and ``high`` over every
+    repeat of both sides, and ``repeats`` (runs behind it). static ignores the chunk, so the static
+    runs of one workload at every chunk and seed repeat one baseline: their range is its noise."""
+    metric, keys = "total_throughput_tok_s", list(derive.WORKLOAD_KEYS)
+    runs = summary.assign(chunk_align=derive.chunk_align(summary)).dropna(subset=[metric])
+    base = (runs[runs.scheduler == derive.BASELINE].groupby(keys)[metric]
+            .agg(base_low="min", base_high="max", base_runs="count"))
+    point = [*keys, "chunk", "chunk_align"]
+    ours = (runs[runs.scheduler != derive.BASELINE].groupby(point)[metric]
+            .agg(ours_low="min", ours_high="max", ours_runs="count").reset_index())
+    out = ours.join(base, on=keys).dropna(subset=["base_low"])
+    return out.assign(low=out.ours_low / out.base_high, high=out.ours_high / out.base_low,
+                      repeats=out.ours_runs + out.base_runs)[[*point, "low", "high", "repeats"]]
+
+
+def optimal_pd_ratio(chunk: float, batch_size: float) -> float:
+    """P:D at which one chunk and B - 1 decodes fill every iteration: C / (B - 1)."""
+    return chunk / (batch_size - 1) if batch_size > 1 else float("inf")
+
+
+def pd_peaks(normalised: pd.DataFrame) -> pd.DataFrame:
+    """Per point: the P:D of the largest gain, the gain, the paper's predicted peak."""
+    keys = ["chunk", *(["chunk_align"] if "chunk_align" in normalised else []), "batch_size",
+            "seq_len"]
+    idx = normalised.groupby(keys).gain.idxmax()
+    ran = "effective_chunk" if "effective_chunk" in normalised else "chunk"
+    peaks = normalised.loc[idx, [*keys, "pd_ratio", "gain", *([ran] if ran != "chunk" else [])]]
+    peaks["predicted_pd_ratio"] = [optimal_pd_ratio(c, b)
+                                   for c, b in zip(peaks[ran], peaks.batch_size)]
+    return peaks.reset_index(drop=True)
+
+
 def points(summary: pd.DataFrame) -> pd.DataFrame:
     """Each sarathi point's mean gain (its repeats' mean: single runs' peak favours the luckiest)
     with its spread over the repeats (``low``, ``high``; NaN for one run a side)."""
-    gains = derive.pd_ratio_gains(summary)
+    gains = pd_gains(summary)
     keys = [*derive.WORKLOAD_KEYS, "chunk", "chunk_align"]
     normalised = gains.groupby([*keys, "effective_chunk"], as_index=False).gain.mean()
-    spread = derive.pd_ratio_spread(summary)
+    spread = pd_spread(summary)
     # One run a side repeats nothing: no spread.
     spread.loc[spread.repeats <= 2, ["low", "high"]] = float("nan")
     return normalised.merge(spread.drop(columns="repeats"), on=keys, how="left")
@@ -43,7 +83,7 @@ def peak_points(judged: pd.DataFrame) -> list[tuple[str, Judged, Judged]]:
     the paper's); a peak inside its own spread is unresolved, and so is where it lies."""
     out = []
     keys = [*derive.WORKLOAD_KEYS, "chunk", "chunk_align"]
-    for p in derive.pd_peaks(judged).merge(judged[[*keys, "low", "high"]], on=keys).itertuples():
+    for p in pd_peaks(judged).merge(judged[[*keys, "low", "high"]], on=keys).itertuples():
         gain = judge(p.gain, PEAK_GAIN.get(p.chunk, SPAN), _spread(p))
         if gain.word == "unresolved":
             where = gain
@@ -61,7 +101,7 @@ def claims(results) -> list[dict]:
     aligned = normalised.chunk_align.eq("tile")
     judged = normalised[aligned] if aligned.any() else normalised
     label = "tile-aligned chunks: " if aligned.any() and (~aligned).any() else ""
-    peaks = derive.pd_peaks(judged)
+    peaks = pd_peaks(judged)
     each = peak_points(judged)
     # A resolved point's gain: those inside their spread are left out of the range.
     kept = judged[[_spread(p) is None or verdict.resolved(_spread(p))
@@ -91,7 +131,7 @@ def claims(results) -> list[dict]:
 
 def _why(simulated) -> str:
     """Why the simulated gains stay below the paper's where chunks fill whole GEMM tiles; ''."""
-    gains = derive.pd_ratio_gains(simulated.summary("pd_ratio"))
+    gains = pd_gains(simulated.summary("pd_ratio"))
     if gains.gain.max() >= PD_WIDE_GAIN or (gains.chunk % paper.TILE).any():
         return ""
     chunk, size = gains.chunk.min(), gains.batch_size.max()
@@ -106,7 +146,7 @@ def _why(simulated) -> str:
 def figure(results, simulated=None):
     from sarathi_lab.analysis import figures  # lazy: the registry imports without matplotlib
 
-    norm = derive.pd_ratio_gains(results.summary("pd_ratio"))
+    norm = pd_gains(results.summary("pd_ratio"))
     chunks = sorted(norm.chunk.unique())
     palette = dict(zip(chunks, figures.sns.color_palette("tab10", len(chunks))))
     fig, ax = figures.subplots(figsize=(11, 4.5))
@@ -118,11 +158,11 @@ def figure(results, simulated=None):
                          palette=palette if hue else None, ax=ax, errorbar=figures.SPREAD)
     figures.fold_group_headers(ax, norm, {"chunk": f"{results.source('pd_ratio')}, C=",
                                           "batch_size": "B="})
-    for p in derive.pd_peaks(norm).itertuples():
+    for p in pd_peaks(norm).itertuples():
         ax.axvline(p.predicted_pd_ratio, color=palette[p.chunk], ls="--", lw=1)
     label = figures.simulated_label(simulated, "pd_ratio")
     if label:
-        sim = derive.pd_ratio_gains(simulated.summary("pd_ratio"))
+        sim = pd_gains(simulated.summary("pd_ratio"))
         groups = sim.groupby(["chunk", "batch_size"])
         for color, ((chunk, size), g) in zip(figures.sim_colors(groups.ngroups), groups):
             g = g.groupby("pd_ratio").gain.mean()

@@ -1,9 +1,11 @@
 """Fig. 3/4: what a decode token costs against a prefill token, by operation and batch size."""
 from __future__ import annotations
 
-from sarathi_lab.analysis import derive
+import pandas as pd
+
 from sarathi_lab.analysis.claims import judged_row
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
+from sarathi_lab.analysis.paper_results import tile_quantization
 from sarathi_lab.analysis.verdict import SIZE, Judged, judge
 from sarathi_lab.model import load_config
 
@@ -14,6 +16,27 @@ DECODE_OVER_PREFILL = {1: 200.0, 2: 100.0, 18: 16.7}
 PREFILL_SATURATION_TOKENS = 512
 PREFILL_TOKENS_PER_MS = 180.0
 LAYERS = 40
+
+
+def saturates_from(rate: pd.Series, within: float = 0.9) -> dict[str, float]:
+    """Fewest tokens from which ``rate`` is ``within`` of its best; that best; fewest measured."""
+    rate = rate.sort_index()
+    best = rate.max()
+    return {"tokens": int(rate[rate >= within * best].index[0]), "tokens_per_ms": float(best),
+            "fewest_measured": int(rate.index[0])}
+
+
+def decode_over_prefill(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per (seq_len, batch_size): a decode's per-token time over a prefill token's."""
+    total = ops[ops.op == "total"].pivot_table(index=["seq_len", "batch_size"], columns="phase",
+                                               values="ms_per_token")
+    return total.assign(ratio=total.decode / total.prefill).reset_index()
+
+
+def prefill_saturation(ops: pd.DataFrame, within: float = 0.9) -> dict[str, float]:
+    """``saturates_from`` of prefill throughput against batch_size x seq_len (Fig. 4)."""
+    prefill = ops[(ops.op == "total") & (ops.phase == "prefill")]
+    return saturates_from(1 / prefill.groupby("tokens").ms_per_token.mean(), within)
 
 
 def decode_over_prefill_points(ratios: dict[int, float]) -> list[tuple[str, Judged]]:
@@ -56,14 +79,14 @@ def _layers(results) -> int | None:
 
 def claims(results) -> list[dict]:
     ops = results.table("per_token_cost", "ops")
-    ratio = derive.decode_over_prefill(ops)
+    ratio = decode_over_prefill(ops)
     # The longest length only (the paper's 1024): mixing lengths muddles batch sizes.
     ratio = ratio[ratio.seq_len == ratio.seq_len.max()].sort_values("batch_size")
     small, large = ratio.iloc[0], ratio.iloc[-1]
-    sat = derive.prefill_saturation(ops)
+    sat = prefill_saturation(ops)
     at_least = " (the fewest measured)" if sat["tokens"] == sat["fewest_measured"] else ""
-    total = derive.iteration_ms(results)
-    fine = derive.saturation(total.index / total)
+    total = tile_quantization.iteration_ms(results)
+    fine = saturates_from(total.index / total)
     # Points starting at the fewest tokens measured cannot tell; the finer sweep decides.
     chosen = fine if sat["tokens"] == sat["fewest_measured"] else sat
     saturation = saturation_point(chosen["tokens"],
@@ -103,7 +126,7 @@ def figure(results, simulated=None):
         ax.set(title=f"{phase}: time per token by "
                      f"operation\n{figures.source_label(results, 'per_token_cost')}",
                xlabel="batch size", ylabel="ms / token")
-    ratio = derive.decode_over_prefill(ops)
+    ratio = decode_over_prefill(ops)
     source = results.source("per_token_cost")
     figures.sns.lineplot(ratio.assign(seq_len=ratio.seq_len.map(lambda s: f"{source}, {s:g}")),
                          x="batch_size",
@@ -111,7 +134,7 @@ def figure(results, simulated=None):
                          errorbar=figures.SPREAD)
     label = figures.simulated_label(simulated, "per_token_cost")
     if label:
-        sim = derive.decode_over_prefill(simulated.table("per_token_cost", "ops"))
+        sim = decode_over_prefill(simulated.table("per_token_cost", "ops"))
         for color, (length, g) in zip(figures.sim_colors(sim.seq_len.nunique()),
                                       sim.groupby("seq_len")):
             axes[2].plot(g.batch_size, g.ratio, color=color, label=f"{label}, {length:g}",

@@ -1,7 +1,10 @@
 """Fig. 7: iteration time steps at multiples of the matmul tile."""
 from __future__ import annotations
 
-from sarathi_lab.analysis import derive, paper
+import numpy as np
+import pandas as pd
+
+from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claim_attribution import attribution_row, floors_said
 from sarathi_lab.analysis.claims import judged_row
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, gpu_minutes
@@ -10,6 +13,22 @@ from sarathi_lab.analysis.verdict import Judged, judge
 # Fig. 7: iteration time (ms) by tokens in the batch; the GPU's matmul tile is 128 tokens.
 TILE_TIMES_MS = {128: 55.0, 256: 69.8, 257: 92.33}
 TILE_JUMP = TILE_TIMES_MS[257] / TILE_TIMES_MS[256] - 1
+
+
+def largest_step(times: pd.Series) -> tuple[int, float]:
+    """Where the time per added token jumps most: n and the increase over the mean slope."""
+    t = times.sort_index()
+    slope = (t.iloc[-1] - t.iloc[0]) / (t.index[-1] - t.index[0])
+    expected = t.shift(1) + slope * np.diff(t.index, prepend=np.nan)
+    excess = (t - expected) / t.shift(1)
+    n = int(excess.idxmax())
+    return n, float(excess[n])
+
+
+def iteration_ms(results) -> pd.Series:
+    """Mean forward time (ms) by tokens in the batch, over the sweep's repeats."""
+    sweep = results.table("tile_quantization", "sweep")
+    return sweep[sweep.op == "total"].groupby("tokens").ms.mean()
 
 
 def jump_point(jump: float) -> Judged:
@@ -29,8 +48,8 @@ def paper_step(times, tile: float) -> tuple[str, float] | None:
 def claims(results) -> list[dict]:
     summary = results.summary("tile_quantization")
     tile, jump = summary.tile.iloc[0], summary.tile_jump.mean()  # the mean over repeats, if any
-    times = derive.iteration_ms(results)
-    step_at, step = derive.largest_step(times)
+    times = iteration_ms(results)
+    step_at, step = largest_step(times)
     claim = f"One token past a multiple of the {tile:g}-token tile costs 10%+ more"
     # The paper's step where ours timed it, else ours' mean over the multiples timed.
     label, judged = paper_step(times, tile) or ("mean step", jump)
@@ -60,7 +79,7 @@ def figure(results, simulated=None):
                                                     "color": figures.sim_colors(1)[0]}]
     for (runs, source), style in zip(figures.sources_of(results, simulated, "tile_quantization"),
                                      styles):
-        total = derive.iteration_ms(runs)
+        total = iteration_ms(runs)
         run_tile = int(runs.summary("tile_quantization").tile.iloc[0])
         reference = total.index[abs(total.index - run_tile).argmin()]
         rel_ax.plot(total.index, total / total[reference],

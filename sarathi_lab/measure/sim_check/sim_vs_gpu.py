@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import claims, derive, registry
+from sarathi_lab.analysis.paper_results import pd_ratio
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import PREDICTING_COST_MODELS, REPO_ROOT, ConfigError
 from sarathi_lab.engine.metrics import iteration_kinds, stalled
@@ -204,7 +205,7 @@ def gains(runs: Path, work: Path,
     keys = [*derive.WORKLOAD_KEYS, "chunk"]
     measured = Results(runs, include_unreliable=True)
     def gain(results, name):
-        found = derive.pd_ratio_gains(results.summary("pd_ratio"))
+        found = pd_ratio.pd_gains(results.summary("pd_ratio"))
         return found[[*keys, "gain"]].rename(columns={"gain": name})
     table = gain(measured, "measured")
     simulated = [Results(work / m) for m in cost_models]
