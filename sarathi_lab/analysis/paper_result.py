@@ -52,5 +52,8 @@ class PaperResult:
     # Its runs in the simulator-against-measured smoke (``measure sim_vs_gpu --smoke``), each its
     # overrides at the dry scale; (): none.
     smoke_runs: tuple[tuple[str, ...], ...] = ()
+    # How a claim starts -> the reader of a lease's row of it written before two-sided verdicts,
+    # (row, lease folder) -> gpu_rejudge.Read or None (analysis/gpu_rejudge.py).
+    rejudge: dict[str, Callable[[dict, Any], Any]] = field(default_factory=dict)
     # False: not run on the simulator (``executor=sim`` refuses its real ranks).
     simulated: bool = True

@@ -8,6 +8,7 @@ import pandas as pd
 
 from sarathi_lab.analysis.claim_attribution import NUMBER, attribution_row, floors_said
 from sarathi_lab.analysis.claims import judged_row
+from sarathi_lab.analysis.gpu_rejudge import Read, X, seeds_spread
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 from sarathi_lab.analysis.verdict import Judged, judge
 
@@ -143,8 +144,38 @@ def attribute(row: dict, lease, t) -> dict:
     return attribution_row(row, "; ".join(hw), "; ".join(eng), "; ".join(pieces))
 
 
+def _rejudge_attention(row, folder):
+    m = re.search(rf"chunk 64: {X} attention, {X} prefill.*? at length (\d+)", row["ours"])
+    if not m:
+        return None
+    # The row's spread is its headline's, chunk 64's attention at the longest length.
+    attention = judge(float(m[1]), CHUNK64_ATTENTION_SLOWDOWN, seeds_spread(row))
+    prefill = slowdown_point(pd.Series([float(m[2])]),
+                                            CHUNK64_PREFILL_SLOWDOWN)
+    return Read([(f"length {m[3]} attention", attention), (f"length {m[3]} prefill", prefill)])
+
+
+def _rejudge_prefill_bounds(row, folder):
+    length = re.search(r"at length (\d+)", row["ours"])
+    found = re.findall(rf"chunk (\d+): {X} prefill", row["ours"])
+    bounds = PREFILL_SLOWDOWN_BOUND
+    points = [(f"length {length[1] if length else '?'} C={c}",
+               slowdown_point(pd.Series([float(x)]), bounds[int(c)]))
+              for c, x in found if int(c) in bounds]
+    return Read(points) if points else None
+
+
+# A lease's row written before two-sided verdicts, by how its claim starts: re-judged from its
+# text (analysis/gpu_rejudge.py).
+REJUDGE = {
+    "Chunks of 64": _rejudge_attention,
+    "Chunks of 256 / 512": _rejudge_prefill_bounds,
+}
+
+
 RESULT = PaperResult(
     name="chunk_overhead", order=50, claims=claims, figure=figure,
+    rejudge=REJUDGE,
     smoke_runs=((),),
     attribute=attribute,
     reading=("**Fig. 13, chunking overhead.** Small chunks re-read the KV cache and run small "

@@ -1,10 +1,13 @@
 """Fig. 11a: baseline, Orca's worst and best case, and SARATHI by sequence length."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import judged_row, shown, why_left_out, with_range
+from sarathi_lab.analysis.gpu_rejudge import Read, X
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 from sarathi_lab.analysis.verdict import Judged, judge
 
@@ -177,8 +180,23 @@ def figure(results, simulated=None):
     return fig
 
 
+def _rejudge_orca(row, folder):
+    found = re.findall(rf"length (\d+): SARATHI(?: \(tile-aligned\))? {X}(?: \([^)]*\))?, "
+                       rf"(?:SARATHI {X}(?: \([^)]*\))?, )?Orca best {X}", row["ours"])
+    return Read([ratio_point(pd.Series([float(s)]), pd.Series([float(b)]), int(n))
+                 for n, s, _, b in found]) if found else None
+
+
+# A lease's row written before two-sided verdicts, by how its claim starts: re-judged from its
+# text (analysis/gpu_rejudge.py).
+REJUDGE = {
+    "SARATHI beats Orca": _rejudge_orca,
+}
+
+
 RESULT = PaperResult(
     name="orca_compare", order=60, claims=claims, figure=figure,
+    rejudge=REJUDGE,
     smoke_runs=((),),
     reading=("**Fig. 11a, Orca.** Orca's worst case (lock step, no overlap) and best case (every "
              "later whole prefill with B - 1 decodes), run by the `orca` scheduler on two "

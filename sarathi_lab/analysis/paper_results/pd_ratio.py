@@ -1,10 +1,13 @@
 """Fig. 9/11b: SARATHI's throughput over the baseline by P:D, peaking at C / (B - 1)."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper, verdict
 from sarathi_lab.analysis.claims import judged_row, simulated
+from sarathi_lab.analysis.gpu_rejudge import Read, X, sweep_table
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 from sarathi_lab.analysis.verdict import SIZE, Judged, judge
 from sarathi_lab.executors import recorded_as
@@ -198,8 +201,59 @@ UNSCALED_PD = (2, 5, 10, 14, 20, 28, 50, 100)
 GRID_S = (len(UNSCALED_PD) * (3.5 + 4.3)
           + (0.074 + 0.084) * sum(1024 / (1 + pd) for pd in UNSCALED_PD))
 
+
+# Where a re-judged row's points come from.
+FROM_TABLE = ("from the lease's runs (its sweep table): static ignores the chunk, so its runs at "
+              "each chunk repeat one baseline, whose range is the spread")
+
+
+def _rejudge_pd_table(folder) -> tuple[pd.DataFrame, str] | None:
+    """The pd_ratio points from the lease's sweep table, and the spread of its baseline."""
+    table = sweep_table(folder, "pd_ratio")
+    if table is None:
+        return None
+    base = (table[table.scheduler == derive.BASELINE].groupby(list(derive.WORKLOAD_KEYS))
+            .total_throughput_tok_s.agg(["min", "max", "count"]))
+    base = base[base["count"] > 1]
+    apart = (base["max"] / base["min"]).max() - 1 if len(base) else None
+    spread = ("its baseline's repeats (static at each chunk) up to "
+              f"{apart:.0%} apart" if apart is not None else "")
+    return points(table), spread
+
+
+def _rejudge_pd_peak(row, folder):
+    found = _rejudge_pd_table(folder)
+    if found is None:
+        peaks = re.findall(rf"C=(\d+) B=(\d+): best {X} at ([0-9.]+), predicted peak ([0-9.]+)",
+                           row["ours"])
+        return Read([(f"C={c} B={b}", judge(float(pd_), float(pred), kind=SIZE)
+                      if float(g) > 1 else Judged("no", why=f"no gain: best {float(g):.2f}x"))
+                     for c, b, g, pd_, pred in peaks], "from the row's text") if peaks else None
+    points, spread = found
+    return Read([(name, where) for name, where, _ in peak_points(points)], FROM_TABLE,
+                spread)
+
+
+def _rejudge_pd_gain(row, folder):
+    found = _rejudge_pd_table(folder)
+    if found is None:
+        return None  # the peaks per chunk are the other row's text: no runs, no re-judging
+    points, spread = found
+    return Read([(name, gain) for name, _, gain in peak_points(points)], FROM_TABLE,
+                spread)
+
+
+# A lease's row written before two-sided verdicts, by how its claim starts: re-judged from its
+# text (analysis/gpu_rejudge.py).
+REJUDGE = {
+    "The gain peaks": _rejudge_pd_peak,
+    "SARATHI gains": _rejudge_pd_gain,
+}
+
+
 RESULT = PaperResult(
     name="pd_ratio", order=40, claims=claims, figure=figure,
+    rejudge=REJUDGE,
     # Both schedulers at two ratios: the gain the comparison plots, measured and simulated.
     smoke_runs=tuple((f"pd_ratio={ratio}", f"scheduler={scheduler}")
                      for ratio in (4, 16) for scheduler in ("static", "sarathi")),

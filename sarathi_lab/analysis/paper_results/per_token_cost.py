@@ -1,9 +1,12 @@
 """Fig. 3/4: what a decode token costs against a prefill token, by operation and batch size."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from sarathi_lab.analysis.claims import judged_row
+from sarathi_lab.analysis.gpu_rejudge import Read, X
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 from sarathi_lab.analysis.paper_results import tile_quantization
 from sarathi_lab.analysis.verdict import SIZE, Judged, judge
@@ -151,8 +154,43 @@ def figure(results, simulated=None):
     return fig
 
 
+def _row_layers(row: dict) -> int | None:
+    model = row.get("source", "").rpartition(", ")[2]
+    try:
+        return load_config(model).num_hidden_layers if model else None
+    except ValueError:
+        return None
+
+
+def _rejudge_decode_over_prefill(row, folder):
+    ratios = {int(b): float(x) for x, b in re.findall(rf"{X} at batch (\d+)", row["ours"])}
+    return Read(decode_over_prefill_points(ratios))
+
+
+def _rejudge_saturation(row, folder):
+    coarse = re.search(r"from (\d+) tokens( \(the fewest measured\))?", row["ours"])
+    fine = re.search(r"finer steps from (\d+) tokens", row["ours"])
+    rate = re.search(r"([0-9.]+) tokens/ms", row["ours"])
+    if not (coarse and rate):
+        return None
+    tokens = int(fine[1]) if coarse[2] and fine else int(coarse[1])
+    fewest = bool(coarse[2]) and not fine
+    point = saturation_point(tokens, fewest)
+    return Read([(f"saturates from {tokens} tokens", point)],
+                per_layer_rate(float(rate[1]), _row_layers(row)))
+
+
+# A lease's row written before two-sided verdicts, by how its claim starts: re-judged from its
+# text (analysis/gpu_rejudge.py).
+REJUDGE = {
+    "At small batch": _rejudge_decode_over_prefill,
+    "Prefill throughput saturates": _rejudge_saturation,
+}
+
+
 RESULT = PaperResult(
     name="per_token_cost", order=10, claims=claims, figure=figure,
+    rejudge=REJUDGE,
     smoke_runs=((),),
     reading=("**Fig. 3/4, per-token cost.** At small batch a decode token costs one to two orders "
              "of magnitude more than a prefill token (200x at batch 1 on LLaMA-13B/A6000), and "

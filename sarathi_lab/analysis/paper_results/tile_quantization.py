@@ -1,12 +1,15 @@
 """Fig. 7: iteration time steps at multiples of the matmul tile."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claim_attribution import attribution_row, floors_said
 from sarathi_lab.analysis.claims import judged_row
+from sarathi_lab.analysis.gpu_rejudge import Read
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, gpu_minutes
 from sarathi_lab.analysis.verdict import Judged, judge
 
@@ -110,8 +113,21 @@ def attribute(row: dict, lease, t) -> dict:
                            "paper")
 
 
+def _rejudge_tile(row, folder):
+    m = re.search(r"([+-][0-9.]+)% on average", row["ours"])
+    return Read([("mean step", jump_point(float(m[1]) / 100))]) if m else None
+
+
+# A lease's row written before two-sided verdicts, by how its claim starts: re-judged from its
+# text (analysis/gpu_rejudge.py).
+REJUDGE = {
+    "One token past": _rejudge_tile,
+}
+
+
 RESULT = PaperResult(
     name="tile_quantization", order=20, claims=claims, figure=figure,
+    rejudge=REJUDGE,
     smoke_runs=((),),
     attribute=attribute,
     reading=("**Fig. 7, tile quantization.** On a GPU the iteration time steps up at multiples of "
