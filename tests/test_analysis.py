@@ -12,6 +12,13 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.analysis import claims, derive, quantities, registry
+from sarathi_lab.analysis.paper_results import (
+    orca_compare,
+    pd_ratio,
+    per_token_cost,
+    scheduler_latency,
+    tile_quantization,
+)
 from sarathi_lab.analysis.runs import Results, download_wandb, sweeps
 from tests.results_frames import Frames
 
@@ -90,9 +97,9 @@ def _ops(rows: list[tuple[str, int, float]], seq_len: int = 128) -> pd.DataFrame
 def test_decode_over_prefill_and_prefill_saturation():
     ops = _ops([("prefill", 1, 2.0), ("prefill", 2, 1.05), ("prefill", 4, 1.0),
                 ("decode", 1, 40.0), ("decode", 4, 12.0)])
-    ratio = derive.decode_over_prefill(ops).set_index("batch_size").ratio
+    ratio = per_token_cost.decode_over_prefill(ops).set_index("batch_size").ratio
     assert ratio[1] == pytest.approx(20) and ratio[4] == pytest.approx(12)
-    sat = derive.prefill_saturation(ops)
+    sat = per_token_cost.prefill_saturation(ops)
     # 1 / 1.05 is within 10% of the best (1 token/ms at 512 tokens): saturated from batch 2 x 128.
     assert sat == {"tokens": 256, "tokens_per_ms": pytest.approx(1.0), "fewest_measured": 128}
 
@@ -102,7 +109,7 @@ def test_tile_jump_and_largest_step_find_a_step_past_a_tile_multiple():
     times = pd.Series([t / 32 + (1.0 if t > 128 else 0) + (1.0 if t > 256 else 0) for t in tokens], index=tokens)
     jumps = [times[129] / times[128] - 1, times[257] / times[256] - 1]  # 4 -> 5.03 and 9 -> 10.03
     assert quantities.tile_jump(times, 128) == pytest.approx(sum(jumps) / 2)
-    assert derive.largest_step(times)[0] == 129
+    assert tile_quantization.largest_step(times)[0] == 129
     assert pd.isna(quantities.tile_jump(times, 100))
 
 
@@ -110,7 +117,7 @@ def test_pd_ratio_gains_pair_each_sarathi_run_with_the_static_run_of_its_chunk()
     summary = pd.DataFrame([{"scheduler": s, "chunk": c, "total_throughput_tok_s": t, **KEYS}
                             for s, c, t in (("static", 64, 90.0), ("sarathi", 64, 99.0),
                                             ("static", 128, 110.0), ("sarathi", 128, 121.0))])
-    assert derive.pd_ratio_gains(summary).gain.tolist() == pytest.approx([1.1, 1.1])
+    assert pd_ratio.pd_gains(summary).gain.tolist() == pytest.approx([1.1, 1.1])
 
 
 def test_balance_puts_the_a6000_crossover_near_200_tokens_and_a_slow_memory_machine_lower():
@@ -122,9 +129,9 @@ def test_balance_puts_the_a6000_crossover_near_200_tokens_and_a_slow_memory_mach
 def test_pd_peaks_against_c_over_b_minus_1():
     rows = [{"chunk": 64, "batch_size": 5, "seq_len": 256, "pd_ratio": p, "gain": g}
             for p, g in ((4, 1.0), (16, 1.2), (64, 1.1))]
-    peak = derive.pd_peaks(pd.DataFrame(rows)).iloc[0]
+    peak = pd_ratio.pd_peaks(pd.DataFrame(rows)).iloc[0]
     assert peak.pd_ratio == 16 and peak.gain == 1.2 and peak.predicted_pd_ratio == 16
-    assert derive.optimal_pd_ratio(256, 18) == pytest.approx(256 / 17)
+    assert pd_ratio.optimal_pd_ratio(256, 18) == pytest.approx(256 / 17)
 
 
 def test_orca_cases_are_named_by_workload_and_normalised_to_the_unstaggered_baseline():
@@ -135,7 +142,7 @@ def test_orca_cases_are_named_by_workload_and_normalised_to_the_unstaggered_base
         dict(scheduler="sarathi", total_throughput_tok_s=125.0, run_dir="d", **KEYS),
         dict(scheduler="static", total_throughput_tok_s=98.0, run_dir="e", **KEYS),
     ]).assign(**{"workload.stagger": [0, 0, 4, 0, 4]})
-    out = derive.orca_compare(summary).set_index("variant").gain
+    out = orca_compare.orca_gains(summary).set_index("variant").gain
     assert out.to_dict() == pytest.approx({"Orca worst": 1.0, "Orca best": 1.1, "SARATHI": 1.25,
                                            "baseline (staggered)": 0.98})
 
@@ -143,15 +150,15 @@ def test_orca_cases_are_named_by_workload_and_normalised_to_the_unstaggered_base
 def test_prefill_overlap_counts_prefill_iterations_with_decodes():
     its = pd.DataFrame({"run_dir": "r", "num_prefill_tokens": [512, 256, 256, 0],
                         "num_decode_tokens": [0, 3, 3, 4]})
-    row = derive.prefill_overlap(its).iloc[0]
+    row = orca_compare.prefill_overlap(its).iloc[0]
     assert row.hybrid_share == pytest.approx(2 / 3) and row.decodes_per_prefill_iteration == pytest.approx(2)
 
 
 def test_latency_long_splits_metric_and_percentile():
     summary = pd.DataFrame([dict(scheduler="vllm", ttft_p50_s=1.0, ttft_p99_s=2.0, itl_p50_s=0.1, itl_p99_s=0.5,
                                  **{"workload.qps": 1.5})])
-    long = derive.latency_long(summary).set_index(["metric", "percentile"]).seconds
-    assert long["itl", "p99"] == 0.5 and set(derive.latency_long(summary).qps) == {1.5}
+    long = scheduler_latency.latency_long(summary).set_index(["metric", "percentile"]).seconds
+    assert long["itl", "p99"] == 0.5 and set(scheduler_latency.latency_long(summary).qps) == {1.5}
 
 
 class _Measured(Frames):
@@ -493,7 +500,7 @@ def test_pd_ratio_judges_tile_aligned_chunks_and_predicts_their_peak_from_the_al
             for pd_, fixed, aligned in ((4.0, 95.0, 100.0), (16.0, 105.0, 130.0), (64.0, 101.0, 104.0))
             for a, s, t in (("none", "static", 100.0), ("none", "sarathi", fixed), ("tile", "static", 100.0),
                             ("tile", "sarathi", aligned))]
-    gains = derive.pd_ratio_gains(pd.DataFrame(rows))
+    gains = pd_ratio.pd_gains(pd.DataFrame(rows))
     assert set(gains.scheduler) == {"sarathi"} and gains.baseline.eq(100.0).all()
     assert gains.set_index(["chunk_align", "pd_ratio"]).effective_chunk.to_dict() == {
         ("none", 4.0): 64, ("none", 16.0): 64, ("none", 64.0): 64, ("tile", 4.0): 60, ("tile", 16.0): 60,
@@ -516,7 +523,7 @@ def test_orca_compare_judges_tile_aligned_sarathi_and_shows_each_variant_s_range
                          for s, g, a, t in (("static", 0, "none", 100.0), ("static", 0, "tile", 100.0),
                                             ("orca", 4, "none", 110.0), ("orca", 4, "tile", 112.0),
                                             ("sarathi", 0, "none", 105.0 + shift), ("sarathi", 0, "tile", 120.0))])
-    variants = derive.orca_variants(runs).set_index("run_dir").variant
+    variants = orca_compare.orca_variants(runs).set_index("run_dir").variant
     assert variants["static0tile100.0-0"] == "baseline" and variants["orca4tile112.0-0"] == "Orca best"
     assert variants["sarathi0tile120.0-1"] == "SARATHI (tile-aligned)"
     iterations = pd.DataFrame({"run_dir": runs.run_dir, "num_prefill_tokens": 256, "num_decode_tokens": 3})

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from sarathi_lab.analysis import derive, paper, registry
+from sarathi_lab.analysis.paper_results import chunk_batch, chunk_overhead, per_token_cost
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.measure.gpu import budget, queue
 from sarathi_lab.measure.gpu.plan import BY_NAME, STEPS, format_plan
@@ -20,7 +21,7 @@ ALIGN = derive.CHUNK_ALIGN
 # must be in EXTRA with why.
 NEEDS: dict[str, dict[str, set[str]]] = {
     # decode over prefill at the batches the paper gives it for; one length, the paper's.
-    "paper.per_token_cost": {"batch_size": {str(b) for b in paper.DECODE_OVER_PREFILL},
+    "paper.per_token_cost": {"batch_size": {str(b) for b in per_token_cost.DECODE_OVER_PREFILL},
                              "seq_len": {"1024"}},
     # every length of Fig. 8 at batches the A6000 held there, tile-aligned (the verdict's).
     "paper.decode_speedup": {"seq_len": {str(n) for n in paper.LARGEST_BATCH},
@@ -29,11 +30,11 @@ NEEDS: dict[str, dict[str, set[str]]] = {
     "paper.pd_ratio": {"pd_ratio": {"7", "14", "28"}, "scheduler": {"static", "sarathi"},
                        "++" + ALIGN: {"tile"}},
     # chunk 64's slowdowns and the 256 / 512 prefill bounds, at each length.
-    "paper.chunk_overhead": {"chunk": {"64", *(str(c) for c in paper.PREFILL_SLOWDOWN_BOUND)},
+    "paper.chunk_overhead": {"chunk": {"64", *(str(c) for c in chunk_overhead.PREFILL_SLOWDOWN_BOUND)},
                              "seq_len": {"1024", "3072"}},
     # chunk 64 about the baseline, 128 gains, 256 (aligned) above 320 (fixed).
-    "paper.chunk_batch": {"chunk": {str(c) for c in (*paper.CHUNK_BATCH_GAIN,
-                                                     *paper.CHUNK_BATCH_ABOVE)},
+    "paper.chunk_batch": {"chunk": {str(c) for c in (*chunk_batch.CHUNK_BATCH_GAIN,
+                                                     *chunk_batch.CHUNK_BATCH_ABOVE)},
                           "++" + ALIGN: {"none", "auto"}, "scheduler": {"static", "sarathi"}},
     # SARATHI (tile-aligned) over Orca's best (staggered) and worst (lock step), on the baseline.
     "paper.orca_compare": {"workload.stagger": {"0", "18"}, "scheduler": {"static", "orca", "sarathi"},

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from sarathi_lab.analysis import derive, paper
+from sarathi_lab.analysis import paper
+from sarathi_lab.analysis.paper_results import pd_ratio
 from sarathi_lab.config import ConfigError
 from sarathi_lab.engine.block_manager import blocks_beside_watermark, blocks_for
 from sarathi_lab.harness import CONF_DIR
@@ -39,7 +40,7 @@ def test_a_setup_sets_the_batch_its_p_d_and_a_cache_holding_the_batch(setup):
         assert size == paper.LARGEST_BATCH[length]
     else:
         assert size > paper.LARGEST_BATCH[length]
-    assert run.pd_ratio == round(derive.optimal_pd_ratio(CHUNK, size))
+    assert run.pd_ratio == round(pd_ratio.optimal_pd_ratio(CHUNK, size))
     assert run.workload.num_requests == 3 * size   # three baseline batches
     engine = run.engine
     assert engine.num_kv_blocks == blocks_beside_watermark(size * blocks_for(length, engine.block_size),

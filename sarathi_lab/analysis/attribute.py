@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sarathi_lab import cli_args, output_files, provenance
-from sarathi_lab.analysis import gpu_records, gpu_tables
+from sarathi_lab.analysis import gpu_records, gpu_tables, registry
 from sarathi_lab.analysis import library_floor as lib
-from sarathi_lab.analysis.claim_attribution import claim_rows
+from sarathi_lab.analysis.claim_attribution import at_floors, short_of_yes
 from sarathi_lab.analysis.gpu_records import prose
 from sarathi_lab.analysis.launch_grid import SHAPES
 from sarathi_lab.config import DTYPE_BYTES
@@ -197,6 +197,14 @@ def targets(lease: Lease, key: str, physical: float, sequential: float,
     return "; ".join(found)
 
 
+
+
+def claim_rows(lease: Lease, t: Tables) -> list[dict]:
+    """Each claim the lease judged short of "yes", split into the device's part and the engine's
+    by its result's own attribution (``PaperResult.attribute``), else at the device's floors."""
+    own = {r.name: r.attribute for r in registry.RESULTS if r.attribute is not None}
+    return [own.get(row.get("experiment", ""), at_floors)(row, lease, t)
+            for row in short_of_yes(lease)]
 
 
 def rows(folder: Path) -> tuple[list[dict], Tables, Lease]:

@@ -76,7 +76,9 @@ def judged(gpu_docs: Path) -> list[Judged]:
             continue
         whys = _whys(kept.folder)
         for row in rows:
-            holds, versus, spread = gpu_rejudge.rejudge(row, kept.folder)
+            readers = next((r.rejudge for r in registry.RESULTS if r.name == row["experiment"]),
+                           {})
+            holds, versus, spread = gpu_rejudge.rejudge(row, kept.folder, readers)
             recorded = row.get("holds", "") if holds in WORDS else holds
             seeds = _seeds(kept.lease, kept.summary, row["experiment"], row.get("left out", ""))
             found.append(Judged(row["claim"], row["experiment"], row.get("paper", ""),

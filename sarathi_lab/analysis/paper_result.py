@@ -45,5 +45,15 @@ class PaperResult:
     # Why a claim's verdict differs between cost models, by claim text.
     cost_models_differ: dict[str, str] = field(default_factory=dict)
     gpu: GpuRun | None = None
+    # (a lease's claims row short of "yes", the lease, its device's tables) -> the row split into
+    # the device's part and our engine's (analysis/claim_attribution.py); None: its sweep at the
+    # device's floors beside ours (claim_attribution.at_floors).
+    attribute: Callable[[dict, Any, Any], dict] | None = None
+    # Its runs in the simulator-against-measured smoke (``measure sim_vs_gpu --smoke``), each its
+    # overrides at the dry scale; (): none.
+    smoke_runs: tuple[tuple[str, ...], ...] = ()
+    # How a claim starts -> the reader of a lease's row of it written before two-sided verdicts,
+    # (row, lease folder) -> gpu_rejudge.Read or None (analysis/gpu_rejudge.py).
+    rejudge: dict[str, Callable[[dict, Any], Any]] = field(default_factory=dict)
     # False: not run on the simulator (``executor=sim`` refuses its real ranks).
     simulated: bool = True

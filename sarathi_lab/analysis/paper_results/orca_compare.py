@@ -1,24 +1,62 @@
 """Fig. 11a: baseline, Orca's worst and best case, and SARATHI by sequence length."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from sarathi_lab.analysis import derive, paper
 from sarathi_lab.analysis.claims import judged_row, shown, why_left_out, with_range
+from sarathi_lab.analysis.gpu_rejudge import Read, X
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
 from sarathi_lab.analysis.verdict import Judged, judge
+
+# Fig. 11a: throughput over the baseline by sequence length.
+ORCA_FIG11A = {
+    "Orca best": {1024: 1.11, 2048: 1.0, 3072: 1.0},
+    "SARATHI": {1024: 1.27, 2048: 1.25, 3072: 1.23},
+}
 
 ORDER = ["baseline", "Orca worst", "Orca best", "SARATHI", "SARATHI (tile-aligned)",
          "baseline (staggered)", "SARATHI (staggered)", "SARATHI (tile-aligned, staggered)"]
 ALIGNED = "SARATHI (tile-aligned)"
 
 
+def orca_variants(summary: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 11a's bars: equal requests in Orca's lock step; staggered, decodes ride prefills."""
+    stagger = summary.get("workload.stagger",
+                          pd.Series(0, index=summary.index)).fillna(0).astype(int)
+    variants = []
+    for scheduler, staggered, align in zip(summary.scheduler, stagger, derive.chunk_align(summary)):
+        name = {"static": "baseline", "sarathi": "SARATHI"}.get(scheduler, scheduler)
+        notes = ["tile-aligned"] * (align == "tile") + ["staggered"] * bool(staggered)
+        variants.append(("Orca best" if staggered else "Orca worst") if scheduler == "orca"
+                        else f"{name} ({', '.join(notes)})" if notes else name)
+    return summary.assign(variant=variants)
+
+
+def orca_gains(summary: pd.DataFrame, keys=derive.WORKLOAD_KEYS) -> pd.DataFrame:
+    """Throughput over the baseline (static, unstaggered) on the same lengths."""
+    runs = orca_variants(summary)
+    return derive.versus_baseline(runs, "total_throughput_tok_s", list(keys),
+                                  runs.variant == "baseline")
+
+
+def prefill_overlap(iterations: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the share of prompt-computing iterations with decodes, and their mean decodes."""
+    pre = iterations[iterations.num_prefill_tokens > 0]
+    grouped = pre.groupby("run_dir")
+    decodes = grouped.num_decode_tokens
+    return pd.DataFrame({"hybrid_share": decodes.apply(lambda d: (d > 0).mean()),
+                         "decodes_per_prefill_iteration": decodes.mean()}).reset_index()
+
+
 def paper_ratio(length: float) -> tuple[float, str]:
     """The paper's SARATHI over Orca's best at ``length``, or at the nearest length it ran (and
     which, where not this one)."""
-    ran = paper.ORCA_FIG11A["SARATHI"]
+    ran = ORCA_FIG11A["SARATHI"]
     nearest = min(ran, key=lambda n: abs(n - length))
-    ratio = ran[nearest] / paper.ORCA_FIG11A["Orca best"][nearest]
+    ratio = ran[nearest] / ORCA_FIG11A["Orca best"][nearest]
     return ratio, "" if nearest == length else f" (paper's {nearest // 1024}K)"
 
 
@@ -36,7 +74,7 @@ def ratio_point(sarathi: pd.Series, best: pd.Series, length: float) -> tuple[str
 
 
 def claims(results) -> list[dict]:
-    gains = derive.orca_compare(results.summary("orca_compare"))
+    gains = orca_gains(results.summary("orca_compare"))
     # The paper sized its chunks to the tile: aligned runs, where any, are the verdict's.
     sarathi = ALIGNED if gains.variant.eq(ALIGNED).any() else "SARATHI"
     # The fixed chunk beside the aligned one where it was swept (a run of it that failed is said).
@@ -48,7 +86,7 @@ def claims(results) -> list[dict]:
     table = (gains[~what_if].pivot_table(index="seq_len", columns="variant", values="gain")
              .reindex(columns=variants))
     each = gains[gains.variant.isin(variants)].groupby(["seq_len", "batch_size", "variant"]).gain
-    overlap = derive.prefill_overlap(results.table("orca_compare", "iterations"))
+    overlap = prefill_overlap(results.table("orca_compare", "iterations"))
     best_runs = gains[(gains.variant == "Orca best") & ~what_if].run_dir
     share = overlap[overlap.run_dir.isin(best_runs)].hybrid_share.mean()
     ratio = (table[sarathi] / table["Orca best"]).min()
@@ -89,7 +127,7 @@ def _point(seq_len, batch_size, what_if: bool) -> str:
 
 def _bars(runs) -> pd.DataFrame:
     summary = runs.summary("orca_compare")
-    gains, variants = derive.orca_compare(summary), derive.orca_variants(summary)
+    gains, variants = orca_gains(summary), orca_variants(summary)
     base = variants[variants.variant == "baseline"]
     # A fresh index: seaborn cannot draw repeated labels.
     bars = pd.concat([gains, base[["seq_len", "batch_size"]].assign(variant="baseline", gain=1.0)],
@@ -110,7 +148,7 @@ def figure(results, simulated=None):
     ours = panels[0][0]
     theirs = pd.DataFrame([{"point": _point(s, paper.LARGEST_BATCH[s], False), "variant": v,
                             "gain": g}
-                           for v, by_len in paper.ORCA_FIG11A.items() for s, g in by_len.items()]
+                           for v, by_len in ORCA_FIG11A.items() for s, g in by_len.items()]
                           + [{"point": _point(s, b, False), "variant": "baseline", "gain": 1.0}
                              for s, b in paper.LARGEST_BATCH.items()])
     widths = [max(3, 0.6 * bars.point.nunique() + 0.5) for bars, _ in panels]
@@ -142,8 +180,24 @@ def figure(results, simulated=None):
     return fig
 
 
+def _rejudge_orca(row, folder):
+    found = re.findall(rf"length (\d+): SARATHI(?: \(tile-aligned\))? {X}(?: \([^)]*\))?, "
+                       rf"(?:SARATHI {X}(?: \([^)]*\))?, )?Orca best {X}", row["ours"])
+    return Read([ratio_point(pd.Series([float(s)]), pd.Series([float(b)]), int(n))
+                 for n, s, _, b in found]) if found else None
+
+
+# A lease's row written before two-sided verdicts, by how its claim starts: re-judged from its
+# text (analysis/gpu_rejudge.py).
+REJUDGE = {
+    "SARATHI beats Orca": _rejudge_orca,
+}
+
+
 RESULT = PaperResult(
     name="orca_compare", order=60, claims=claims, figure=figure,
+    rejudge=REJUDGE,
+    smoke_runs=((),),
     reading=("**Fig. 11a, Orca.** Orca's worst case (lock step, no overlap) and best case (every "
              "later whole prefill with B - 1 decodes), run by the `orca` scheduler on two "
              "workloads (see `experiments/orca_compare.yaml`), beside SARATHI; the paper's bars on "

@@ -1,23 +1,57 @@
 """Fig. 3/4: what a decode token costs against a prefill token, by operation and batch size."""
 from __future__ import annotations
 
-from sarathi_lab.analysis import derive, paper
+import re
+
+import pandas as pd
+
 from sarathi_lab.analysis.claims import judged_row
+from sarathi_lab.analysis.gpu_rejudge import Read, X
 from sarathi_lab.analysis.paper_result import GpuRun, PaperResult, Unscaled, gpu_minutes
+from sarathi_lab.analysis.paper_results import tile_quantization
 from sarathi_lab.analysis.verdict import SIZE, Judged, judge
 from sarathi_lab.model import load_config
+
+# Fig. 3/4 at sequence length 1024: decode over prefill per-token time, by batch size.
+DECODE_OVER_PREFILL = {1: 200.0, 2: 100.0, 18: 16.7}
+# Fig. 4: prefill throughput saturates at about 180 tokens/ms once batch x length reaches 512.
+# Fig. 4a's rate is one layer's: LLaMA-13B's LAYERS run a token that many times slower.
+PREFILL_SATURATION_TOKENS = 512
+PREFILL_TOKENS_PER_MS = 180.0
+LAYERS = 40
+
+
+def saturates_from(rate: pd.Series, within: float = 0.9) -> dict[str, float]:
+    """Fewest tokens from which ``rate`` is ``within`` of its best; that best; fewest measured."""
+    rate = rate.sort_index()
+    best = rate.max()
+    return {"tokens": int(rate[rate >= within * best].index[0]), "tokens_per_ms": float(best),
+            "fewest_measured": int(rate.index[0])}
+
+
+def decode_over_prefill(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per (seq_len, batch_size): a decode's per-token time over a prefill token's."""
+    total = ops[ops.op == "total"].pivot_table(index=["seq_len", "batch_size"], columns="phase",
+                                               values="ms_per_token")
+    return total.assign(ratio=total.decode / total.prefill).reset_index()
+
+
+def prefill_saturation(ops: pd.DataFrame, within: float = 0.9) -> dict[str, float]:
+    """``saturates_from`` of prefill throughput against batch_size x seq_len (Fig. 4)."""
+    prefill = ops[(ops.op == "total") & (ops.phase == "prefill")]
+    return saturates_from(1 / prefill.groupby("tokens").ms_per_token.mean(), within)
 
 
 def decode_over_prefill_points(ratios: dict[int, float]) -> list[tuple[str, Judged]]:
     """Ours at each batch size the paper gives (Fig. 3/4), by batch size measured."""
-    return [(f"B={b:g}", judge(ratios[b], paper.DECODE_OVER_PREFILL[b]))
-            for b in paper.DECODE_OVER_PREFILL if b in ratios]
+    return [(f"B={b:g}", judge(ratios[b], DECODE_OVER_PREFILL[b]))
+            for b in DECODE_OVER_PREFILL if b in ratios]
 
 
 def saturation_point(tokens: int, fewest_measured: bool) -> Judged:
     """Where prefill saturates against the paper's 512; reached at the fewest tokens measured it
     is only a bound (no fewer than that is known), unresolved where the bound could still agree."""
-    judged = judge(tokens, paper.PREFILL_SATURATION_TOKENS, kind=SIZE)
+    judged = judge(tokens, PREFILL_SATURATION_TOKENS, kind=SIZE)
     if fewest_measured and judged.word != "smaller":
         return Judged("unresolved", why=f"saturated at the fewest tokens measured, {tokens}")
     return judged
@@ -26,12 +60,12 @@ def saturation_point(tokens: int, fewest_measured: bool) -> Judged:
 def per_layer_rate(tokens_per_ms: float, layers: int | None) -> str:
     """A whole model's prefill rate beside the paper's, which is one layer's (Fig. 4a)."""
     if layers is None:
-        return (f"rate not compared: the paper's ~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms is one "
+        return (f"rate not compared: the paper's ~{PREFILL_TOKENS_PER_MS:g} tokens/ms is one "
                 "layer's, and these runs do not name their model's layers")
     per_layer = tokens_per_ms * layers
     return (f"a layer's rate {per_layer:.0f} tokens/ms ({tokens_per_ms:.3g} x {layers} layers), "
-            f"{per_layer / paper.PREFILL_TOKENS_PER_MS:.2g}x the paper's one-layer "
-            f"~{paper.PREFILL_TOKENS_PER_MS:g} (a device's speed: not judged)")
+            f"{per_layer / PREFILL_TOKENS_PER_MS:.2g}x the paper's one-layer "
+            f"~{PREFILL_TOKENS_PER_MS:g} (a device's speed: not judged)")
 
 
 def _layers(results) -> int | None:
@@ -48,14 +82,14 @@ def _layers(results) -> int | None:
 
 def claims(results) -> list[dict]:
     ops = results.table("per_token_cost", "ops")
-    ratio = derive.decode_over_prefill(ops)
+    ratio = decode_over_prefill(ops)
     # The longest length only (the paper's 1024): mixing lengths muddles batch sizes.
     ratio = ratio[ratio.seq_len == ratio.seq_len.max()].sort_values("batch_size")
     small, large = ratio.iloc[0], ratio.iloc[-1]
-    sat = derive.prefill_saturation(ops)
+    sat = prefill_saturation(ops)
     at_least = " (the fewest measured)" if sat["tokens"] == sat["fewest_measured"] else ""
-    total = derive.iteration_ms(results)
-    fine = derive.saturation(total.index / total)
+    total = tile_quantization.iteration_ms(results)
+    fine = saturates_from(total.index / total)
     # Points starting at the fewest tokens measured cannot tell; the finer sweep decides.
     chosen = fine if sat["tokens"] == sat["fewest_measured"] else sat
     saturation = saturation_point(chosen["tokens"],
@@ -70,9 +104,9 @@ def claims(results) -> list[dict]:
                    decode_over_prefill_points(dict(zip(ratio.batch_size, ratio.ratio))),
                    small.ratio),
         judged_row("per_token_cost", "Prefill throughput saturates by batch x length = 512 tokens",
-                   f"~{paper.PREFILL_TOKENS_PER_MS:g} tokens/ms a layer (Fig. 4a; "
-                   f"{paper.PREFILL_TOKENS_PER_MS / paper.LAYERS:.1f} for LLaMA-13B's "
-                   f"{paper.LAYERS}) from {paper.PREFILL_SATURATION_TOKENS} tokens",
+                   f"~{PREFILL_TOKENS_PER_MS:g} tokens/ms a layer (Fig. 4a; "
+                   f"{PREFILL_TOKENS_PER_MS / LAYERS:.1f} for LLaMA-13B's "
+                   f"{LAYERS}) from {PREFILL_SATURATION_TOKENS} tokens",
                    f"{sat['tokens_per_ms']:.2f} tokens/ms (whole model); within 10% of it from "
                    f"{sat['tokens']} tokens{at_least}; in tile_quantization's "
                    f"finer steps from {fine['tokens']} tokens",
@@ -95,7 +129,7 @@ def figure(results, simulated=None):
         ax.set(title=f"{phase}: time per token by "
                      f"operation\n{figures.source_label(results, 'per_token_cost')}",
                xlabel="batch size", ylabel="ms / token")
-    ratio = derive.decode_over_prefill(ops)
+    ratio = decode_over_prefill(ops)
     source = results.source("per_token_cost")
     figures.sns.lineplot(ratio.assign(seq_len=ratio.seq_len.map(lambda s: f"{source}, {s:g}")),
                          x="batch_size",
@@ -103,12 +137,12 @@ def figure(results, simulated=None):
                          errorbar=figures.SPREAD)
     label = figures.simulated_label(simulated, "per_token_cost")
     if label:
-        sim = derive.decode_over_prefill(simulated.table("per_token_cost", "ops"))
+        sim = decode_over_prefill(simulated.table("per_token_cost", "ops"))
         for color, (length, g) in zip(figures.sim_colors(sim.seq_len.nunique()),
                                       sim.groupby("seq_len")):
             axes[2].plot(g.batch_size, g.ratio, color=color, label=f"{label}, {length:g}",
                          **figures.SIM_STYLE)
-    axes[2].scatter(list(paper.DECODE_OVER_PREFILL), list(paper.DECODE_OVER_PREFILL.values()),
+    axes[2].scatter(list(DECODE_OVER_PREFILL), list(DECODE_OVER_PREFILL.values()),
                     label="paper (13B/A6000, length 1024)", **figures.PAPER_STYLE)
     axes[2].set(yscale="log", xlabel="batch size",
                 title="decode / prefill time per "
@@ -120,8 +154,44 @@ def figure(results, simulated=None):
     return fig
 
 
+def _row_layers(row: dict) -> int | None:
+    model = row.get("source", "").rpartition(", ")[2]
+    try:
+        return load_config(model).num_hidden_layers if model else None
+    except ValueError:
+        return None
+
+
+def _rejudge_decode_over_prefill(row, folder):
+    ratios = {int(b): float(x) for x, b in re.findall(rf"{X} at batch (\d+)", row["ours"])}
+    return Read(decode_over_prefill_points(ratios))
+
+
+def _rejudge_saturation(row, folder):
+    coarse = re.search(r"from (\d+) tokens( \(the fewest measured\))?", row["ours"])
+    fine = re.search(r"finer steps from (\d+) tokens", row["ours"])
+    rate = re.search(r"([0-9.]+) tokens/ms", row["ours"])
+    if not (coarse and rate):
+        return None
+    tokens = int(fine[1]) if coarse[2] and fine else int(coarse[1])
+    fewest = bool(coarse[2]) and not fine
+    point = saturation_point(tokens, fewest)
+    return Read([(f"saturates from {tokens} tokens", point)],
+                per_layer_rate(float(rate[1]), _row_layers(row)))
+
+
+# A lease's row written before two-sided verdicts, by how its claim starts: re-judged from its
+# text (analysis/gpu_rejudge.py).
+REJUDGE = {
+    "At small batch": _rejudge_decode_over_prefill,
+    "Prefill throughput saturates": _rejudge_saturation,
+}
+
+
 RESULT = PaperResult(
     name="per_token_cost", order=10, claims=claims, figure=figure,
+    rejudge=REJUDGE,
+    smoke_runs=((),),
     reading=("**Fig. 3/4, per-token cost.** At small batch a decode token costs one to two orders "
              "of magnitude more than a prefill token (200x at batch 1 on LLaMA-13B/A6000), and "
              "prefill throughput saturates early. Left: time per token by operation; right: the "

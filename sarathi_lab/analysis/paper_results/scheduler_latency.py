@@ -3,12 +3,22 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sarathi_lab.analysis import derive, paper
+from sarathi_lab.analysis import paper
 from sarathi_lab.analysis.claims import claim_row, shown, why_left_out
 from sarathi_lab.analysis.paper_result import GpuPart, GpuRun, PaperResult, Unscaled, gpu_minutes
 from sarathi_lab.analysis.verdict import Judged, combine, judge, versus_text
 
 CLAIM = "Stall-free batching keeps P99 TBT below vllm's and orca's at every load"
+# The latencies it draws, each at two percentiles.
+LATENCIES = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
+
+
+def latency_long(summary: pd.DataFrame, load: str = "workload.qps") -> pd.DataFrame:
+    """One row per (scheduler, load, metric, percentile), latency in seconds."""
+    long = summary.melt(id_vars=["scheduler", load], value_vars=list(LATENCIES), var_name="latency",
+                        value_name="seconds")
+    long[["metric", "percentile"]] = long.latency.str.removesuffix("_s").str.split("_", expand=True)
+    return long.rename(columns={load: "qps"})
 
 
 def below_at(row: pd.Series, rivals: list[str]) -> Judged:
@@ -63,7 +73,7 @@ def figure(results, simulated=None):
     fig, axes = figures.subplots(len(rows), 2, figsize=(16, 4.5 * len(rows)), squeeze=False)
     why = []
     for row_axes, (runs, source) in zip(axes, rows):
-        long = derive.latency_long(runs.summary("scheduler_latency"))
+        long = latency_long(runs.summary("scheduler_latency"))
         for ax, metric in zip(row_axes, ("ttft", "itl")):
             figures.sns.lineplot(long[long.metric == metric], x="qps", y="seconds", hue="scheduler",
                                  style="percentile", markers=True, ax=ax, legend=metric == "itl",

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from sarathi_lab import LLM, cli_args, output_files, provenance
 from sarathi_lab.analysis import gpu_records
-from sarathi_lab.analysis.paper import PREFILL_SLOWDOWN_BOUND as BOUNDS
+from sarathi_lab.analysis.paper_results.chunk_overhead import PREFILL_SLOWDOWN_BOUND as BOUNDS
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.harness import CONF_DIR
 from sarathi_lab.measure.tasks import reread

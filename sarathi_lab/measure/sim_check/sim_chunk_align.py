@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from sarathi_lab import cli_args, output_files, provenance
-from sarathi_lab.analysis import derive, paper
-from sarathi_lab.analysis.paper_results.orca_compare import ALIGNED
+from sarathi_lab.analysis import derive
+from sarathi_lab.analysis.paper_results import orca_compare, pd_ratio
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.harness.cli_check import compose_config
@@ -43,10 +43,10 @@ def run_sims(root: Path) -> None:
 
 def pd_ratio_rows(results: Results) -> list[dict]:
     """Per chunk: the peak gain over P:D and where it lies, with each alignment."""
-    gains = derive.pd_ratio_gains(results.summary("pd_ratio"))
+    gains = pd_ratio.pd_gains(results.summary("pd_ratio"))
     keys = [*derive.WORKLOAD_KEYS, "chunk", "chunk_align"]
     means = gains.groupby(keys, as_index=False).gain.mean()
-    paper_peaks = {(c, b): (pd_, g) for c, b, pd_, g in paper.PD_PEAKS}
+    paper_peaks = {(c, b): (pd_, g) for c, b, pd_, g in pd_ratio.PD_PEAKS}
     rows = []
     for (chunk, size, length), point in means.groupby(["chunk", "batch_size", "seq_len"]):
         peaks = point.loc[point.groupby("chunk_align").gain.idxmax()].set_index("chunk_align")
@@ -61,21 +61,21 @@ def pd_ratio_rows(results: Results) -> list[dict]:
 
 def orca_compare_rows(results: Results) -> list[dict]:
     """Per paper setup (what-ifs left out): SARATHI over the baseline and over Orca's best case."""
-    gains = derive.orca_compare(results.summary("orca_compare"))
+    gains = orca_compare.orca_gains(results.summary("orca_compare"))
     gains = gains[~derive.beyond_paper_device(gains)]
     means = gains.groupby(["seq_len", "batch_size", "chunk", "variant"]).gain.mean()
     rows = []
     for (length, size, chunk), by in means.groupby(level=[0, 1, 2]):
         by = by.droplevel([0, 1, 2])
-        sarathi = pd.Series({"none": by.get("SARATHI"), "tile": by.get(ALIGNED)})
+        sarathi = pd.Series({"none": by.get("SARATHI"), "tile": by.get(orca_compare.ALIGNED)})
         where = {"experiment": "orca_compare", "seq_len": length, "batch_size": size,
                  "chunk": chunk}
         rows += [where | {"headline": "SARATHI over the baseline (x)",
-                          "paper": paper.ORCA_FIG11A["SARATHI"].get(length)}
+                          "paper": orca_compare.ORCA_FIG11A["SARATHI"].get(length)}
                  | _by_alignment(sarathi),
                  where | {"headline": "SARATHI over Orca's best case (x)",
-                          "paper": _ratio(paper.ORCA_FIG11A["SARATHI"].get(length),
-                                          paper.ORCA_FIG11A["Orca best"].get(length))}
+                          "paper": _ratio(orca_compare.ORCA_FIG11A["SARATHI"].get(length),
+                                          orca_compare.ORCA_FIG11A["Orca best"].get(length))}
                  | _by_alignment(sarathi / by.get("Orca best"))]
     return rows
 

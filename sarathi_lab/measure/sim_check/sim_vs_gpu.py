@@ -18,7 +18,8 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from sarathi_lab import cli_args, output_files, provenance
-from sarathi_lab.analysis import claims, derive
+from sarathi_lab.analysis import claims, derive, registry
+from sarathi_lab.analysis.paper_results import pd_ratio
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import PREDICTING_COST_MODELS, REPO_ROOT, ConfigError
 from sarathi_lab.engine.metrics import iteration_kinds, stalled
@@ -59,10 +60,6 @@ _KEYS = ("scheduler", "chunk", "batch_size", "seq_len", "pd_ratio", "model", "dt
 # measure/gpu/collect.py's
 LEASE = re.compile(r"\d{4}-\d{2}-\d{2}_[0-9a-f]{7,40}(\+[0-9a-f]{7,40})*")
 VS_GPU = DOCS / "vs_gpu"
-# The smoke's runs: pd_ratio's two schedulers at two ratios, and one of every other run kind.
-_SMOKE_PAIRS = tuple((ratio, scheduler) for ratio in (4, 16) for scheduler in ("static", "sarathi"))
-_SMOKE_KINDS = ("orca_compare", "per_token_cost", "decode_speedup", "chunk_overhead",
-                "tile_quantization", "chunk_batch")
 
 
 def finished_runs(root: Path) -> tuple[list[Path], Counter]:
@@ -208,7 +205,7 @@ def gains(runs: Path, work: Path,
     keys = [*derive.WORKLOAD_KEYS, "chunk"]
     measured = Results(runs, include_unreliable=True)
     def gain(results, name):
-        found = derive.pd_ratio_gains(results.summary("pd_ratio"))
+        found = pd_ratio.pd_gains(results.summary("pd_ratio"))
         return found[[*keys, "gain"]].rename(columns={"gain": name})
     table = gain(measured, "measured")
     simulated = [Results(work / m) for m in cost_models]
@@ -218,14 +215,12 @@ def gains(runs: Path, work: Path,
 
 
 def _smoke_runs(root: Path) -> None:
-    for i, (ratio, scheduler) in enumerate(_SMOKE_PAIRS):
-        job = f"{i}_pd_ratio={ratio},scheduler={scheduler}"
-        run_in_process(["experiment=pd_ratio", *scales.overrides("pd_ratio", "dry"),
-                        f"pd_ratio={ratio}", f"scheduler={scheduler}"],
-                        root / "pd_ratio" / "multiruns" / "smoke" / job)
-    for kind in _SMOKE_KINDS:
-        run_in_process([f"experiment={kind}", *scales.overrides(kind, "dry")],
-                       root / kind / "multiruns" / "smoke" / "0_tiny")
+    """Each result's own smoke runs (``PaperResult.smoke_runs``) at the dry scale."""
+    for result in registry.RESULTS:
+        for i, overrides in enumerate(result.smoke_runs):
+            job = f"{i}_{','.join(overrides) or 'tiny'}"
+            run_in_process([f"experiment={result.name}", *scales.overrides(result.name, "dry"),
+                            *overrides], root / result.name / "multiruns" / "smoke" / job)
 
 
 OUTPUTS = ("runs.csv", "iteration_errors.csv", "serving_errors.csv", "gains.csv", "claims.csv",
