@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 SECTIONS = "variants"
@@ -20,8 +21,8 @@ SCALES = ("ci", "dry", "sim", "gpu", "own")
 GROUP = "experiment"
 
 
-class VariantError(ValueError):
-    pass
+class VariantError(ConfigCompositionException, ValueError):
+    """A malformed ``variants:``: Hydra's kind of error, which the CLI refuses in one line."""
 
 
 def _sections(conf_dir: Path, name: str) -> dict:
