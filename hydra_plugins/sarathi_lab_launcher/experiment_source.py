@@ -44,8 +44,8 @@ class ExperimentSearchPath(SearchPathPlugin):
         if main is None or not main.path or own is None:
             return
         # @hydra.main passes a folder, initialize_config_dir a file:// one, a module a pkg:// one.
-        if main.path == "pkg://sarathi_lab.conf" or "://" not in main.path.removeprefix("file://") \
-                and os.path.realpath(main.path.removeprefix("file://")) == own:
+        folder = main.path.removeprefix("file://")
+        if main.path == "pkg://sarathi_lab.conf" or ("://" not in folder and os.path.realpath(folder) == own):
             search_path.prepend("sarathi_lab experiment variants", f"{SCHEME}://{own}",
                                 anchor=SearchPathQuery(provider="main"))
 
