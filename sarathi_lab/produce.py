@@ -30,7 +30,7 @@ from sarathi_lab.analysis import capacity_docs, publish, registry
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import ConfigError
 from sarathi_lab.env_flags import EnvFlagError
-from sarathi_lab.harness import CONF_DIR, REPO_ROOT
+from sarathi_lab.harness import CONF_DIR, REPO_ROOT, experiment_variants
 from sarathi_lab.harness.budget import cpu_ceilings_dtype
 from sarathi_lab.harness.cli_check import check_command_line
 from sarathi_lab.harness.compose import compose_config, run_as_command
@@ -66,13 +66,13 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (),
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     sweep_dir = Path(root).resolve() / name / "multiruns" / f"{label}-{stamp}"
     full_sim = (sim and scale == "full"
-                and (CONF_DIR / "experiment" / "sim" / f"{name}.yaml").is_file())
+                and experiment_variants.exists(CONF_DIR, f"sim/{name}"))
     overrides = list(SIM_CI_OVERRIDES) if sim and not full_sim else []
     if full_sim:
         experiment = f"sim/{name}"
     elif scale in ("ci", "dry"):
         # experiment=<scale>/NAME (ci: fewer points; dry: one tiny CPU job), else scale=<scale>.
-        if (CONF_DIR / "experiment" / scale / f"{name}.yaml").is_file():
+        if experiment_variants.exists(CONF_DIR, f"{scale}/{name}"):
             experiment = f"{scale}/{name}"
         else:
             experiment, overrides = name, [f"scale={scale}", *overrides]

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from sarathi_lab import LLM
 from sarathi_lab.config import ConfigError, EngineConfig
 from sarathi_lab.engine.scheduler import knob_names, scheduler_class, scheduler_names
-from sarathi_lab.harness import CONF_DIR
+from sarathi_lab.harness import CONF_DIR, experiment_variants
 from sarathi_lab.harness.cli_check import _group_options, check_command_line, sweep_note
 from sarathi_lab.harness.compose import compose_config, run_in_process
 from sarathi_lab.harness.preflight import preflight
@@ -92,7 +92,7 @@ def test_every_simulated_experiment_sizes_its_kv_cache_on_its_device(option):
 
 def test_the_simulated_decode_speedup_sweeps_fixed_and_tile_aligned_chunks():
     # One key: the run's own scheduler.chunk_align aligns task=piggyback's chunk, as it aligns a served one.
-    sweep = OmegaConf.load(CONF_DIR / "experiment" / "sim" / "decode_speedup.yaml").hydra.sweeper.params
+    sweep = experiment_variants.raw(CONF_DIR, "sim/decode_speedup")["hydra"]["sweeper"]["params"]
     assert str(sweep["scheduler.chunk_align"]) == "none,tile"
     for align, chunk in (("none", 256), ("tile", 256 - 17)):
         run = parse_config(compose_config(["experiment=sim/decode_speedup", "batch_size=18", "seq_len=3072",

@@ -1,5 +1,5 @@
-"""One declaration per experiment: each paper result's scales are Hydra overlays,
-``conf/experiment/<scale>/<name>.yaml``, that compose, and what the GPU suite runs at each scale is what
+"""One declaration per experiment: each paper result's scales are Hydra overlays, ``experiment=<scale>/<name>``
+(sections of ``conf/experiment/<name>.yaml``), that compose, and what the GPU suite runs at each scale is what
 it ran when its overrides were Python strings (tests/data/experiment_scales_golden.json, written from the
 code before they moved: each step's command line and its first job's composed config)."""
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.runs import EXPERIMENTS, Results
-from sarathi_lab.harness import CONF_DIR
+from sarathi_lab.harness import CONF_DIR, experiment_variants
 from sarathi_lab.harness.compose import compose_config
 from sarathi_lab.harness.schema import parse_config
 from sarathi_lab.produce import SIM_CI_OVERRIDES, ceilings_needed, produce_missing, run_experiments, sweep_args
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 
 def test_every_experiment_has_a_ci_scale_and_its_sweep_goes_under_the_root(tmp_path):
     # The quick set is experiment=ci/NAME, the one home of its overrides: its metrics.json says scale: ci.
-    assert all((CONF_DIR / "experiment" / "ci" / f"{name}.yaml").is_file() for name in EXPERIMENTS)
+    assert all(experiment_variants.exists(CONF_DIR, f"ci/{name}") for name in EXPERIMENTS)
     args = sweep_args("pd_ratio", tmp_path, "ci", ["seed=3"])
     assert args[:2] == ["-m", "experiment=ci/pd_ratio"] and args[-1] == "seed=3"
     assert args[2].startswith(f"hydra.sweep.dir={tmp_path.resolve()}/pd_ratio/multiruns/ci-")
@@ -39,7 +39,7 @@ def test_every_simulated_result_runs_at_its_papers_shape_and_capacity_at_sarathi
     # Without sim/NAME, produce --sim fell back to the quick set's LLaMA-13B on an A6000 at the CPU
     # experiment's own dtype: float32 capacity searches that no A6000 holds.
     simulated = [n for n in EXPERIMENTS if registry.by_name(n).simulated]
-    assert [n for n in simulated if not (CONF_DIR / "experiment" / "sim" / f"{n}.yaml").is_file()] == []
+    assert [n for n in simulated if not experiment_variants.exists(CONF_DIR, f"sim/{n}")] == []
     args = sweep_args("capacity", tmp_path, "full", sim=True)
     assert args[:2] == ["-m", "experiment=sim/capacity"]
     cfg = parse_config(compose_config([a for a in args[1:] if not a.startswith("hydra.")]))

@@ -13,7 +13,7 @@ from hydra.core.override_parser.types import ChoiceSweep, Override
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
-from sarathi_lab.harness import CONF_DIR
+from sarathi_lab.harness import CONF_DIR, experiment_variants
 
 
 @functools.lru_cache(maxsize=4)
@@ -150,9 +150,11 @@ def _group_values(override: Override) -> list[str] | None:
 
 
 def _group_options(group_dir: Path) -> list[str]:
-    # Options in subfolders too: experiment=ci/pd_ratio.
-    return sorted(p.relative_to(group_dir).with_suffix("").as_posix()
-                  for p in group_dir.rglob("*.yaml"))
+    # Options in subfolders too, and an experiment's variants: experiment=ci/pd_ratio.
+    files = [p.relative_to(group_dir).with_suffix("").as_posix() for p in group_dir.rglob("*.yaml")]
+    variants = experiment_variants.names(group_dir.parent) \
+        if group_dir.name == experiment_variants.GROUP else []
+    return sorted({*files, *variants})
 
 
 def _bad_choice_or_key(overrides: list[tuple[str, Override]]) -> str | None:

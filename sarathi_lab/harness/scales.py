@@ -1,26 +1,25 @@
-"""An experiment at a scale, from its overlay ``conf/experiment/<scale>/<name>.yaml`` (the one place
-its keys are written), which the GPU suite and the benches pass on the command line."""
+"""An experiment at a scale, from its overlay ``experiment=<scale>/<name>``: section ``<scale>`` of
+``conf/experiment/<name>.yaml`` (the one place its keys are written; experiment_variants.py), which
+the GPU suite and the benches pass on the command line."""
 from __future__ import annotations
-
-from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from sarathi_lab.harness import CONF_DIR
+from sarathi_lab.harness import CONF_DIR, experiment_variants
 
 # gpu: the paper's model scaled to a time limit; own: the paper's setting; dry: one tiny CPU job.
 SCALES = ("gpu", "own", "dry")
 
 
-def overlay(name: str, scale: str, part: str = "") -> Path:
-    path = CONF_DIR / "experiment" / scale / name / f"{part}.yaml" if part else \
-        CONF_DIR / "experiment" / scale / f"{name}.yaml"
-    if not path.is_file():
-        what = f"experiment={scale}/{name}" + (f"/{part}" if part else "")
-        where = (CONF_DIR / "experiment" / scale).relative_to(CONF_DIR)
-        raise ValueError(f"error: {what} is invalid: no {path.relative_to(CONF_DIR)}; allowed: "
-                         f"the experiments with a {scale} overlay in {where}/")
-    return path
+def overlay(name: str, scale: str, part: str = "") -> dict:
+    """The overlay as written: its defaults (the experiment first), then its keys."""
+    variant = f"{scale}/{name}" + (f"/{part}" if part else "")
+    if not experiment_variants.exists(CONF_DIR, variant):
+        section = f"{scale}/{part}" if part else scale
+        raise ValueError(f"error: experiment={variant} is invalid: neither section {section} of "
+                         f"experiment/{name}.yaml nor experiment/{variant}.yaml; allowed: the "
+                         f"experiments with a {scale} overlay")
+    return experiment_variants.raw(CONF_DIR, variant)
 
 
 def overrides(name: str, scale: str, part: str = "") -> tuple[str, ...]:
@@ -29,7 +28,15 @@ def overrides(name: str, scale: str, part: str = "") -> tuple[str, ...]:
 
 
 def shared(scale: str) -> tuple[str, ...]:
-    return tuple(_overrides_of(CONF_DIR / "scale" / f"{scale}.yaml"))
+    return tuple(_overrides_of(_load(f"/scale/{scale}")))
+
+
+def _load(entry: str) -> dict:
+    """A defaults entry's config as written: /scale/gpu, /experiment/gpu/capacity (a section)."""
+    group, _, path = entry.lstrip("/").partition("/")
+    if group == experiment_variants.GROUP:
+        return experiment_variants.raw(CONF_DIR, path)
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{path}.yaml"), resolve=False)
 
 
 def _text(value) -> str:
@@ -49,8 +56,7 @@ def _flat(tree: dict, prefix: str = ""):
             yield f"{prefix}{key}", value
 
 
-def _overrides_of(path: Path) -> list[str]:
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+def _overrides_of(raw: dict) -> list[str]:
     found: list[str] = []
     for entry in raw.get("defaults", []):
         if isinstance(entry, dict):     # override /<group>: <choice>
@@ -59,7 +65,7 @@ def _overrides_of(path: Path) -> list[str]:
             found.append(f"{key.removeprefix('override').strip().lstrip('/')}={choice}")
         elif entry.startswith("/scale/") or entry.count("/") > 2:
             # another overlay or a scale: theirs first (/experiment/<name> is experiment=<name>)
-            found += _overrides_of(CONF_DIR / f"{entry.lstrip('/')}.yaml")
+            found += _overrides_of(_load(entry))
     own = {k: v for k, v in raw.items() if k not in ("defaults", "hydra")}
     found += [f"{key}={_text(value)}" for key, value in _flat(own)]
 

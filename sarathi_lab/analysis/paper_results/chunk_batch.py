@@ -164,7 +164,7 @@ RESULT = PaperResult(
              "chunk 64 about the baseline, 128 up to 1.16x, 256 above 320 (a 320-token chunk and "
              "its B - 1 decodes spill into a third 128-token tile)."),
     # 3 seeds x 5 jobs (static once, SARATHI at the claims' 4 chunks, each at the alignment its
-    # claim reads: experiment/gpu/chunk_batch.yaml's exclude) at the H100's 1.37x; unscaled,
+    # claim reads: experiment=gpu/chunk_batch's exclude) at the H100's 1.37x; unscaled,
     # 5 chunks at 1K, 2K and 3K: 99 jobs.
     gpu=GpuRun(minutes=gpu_minutes(startup_s=21, job_s=JOB_S, jobs=15, slower=1.37), order=55,
                unscaled=Unscaled(minutes=gpu_minutes(startup_s=21, job_s=JOB_S, jobs=99,
