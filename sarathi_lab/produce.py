@@ -25,7 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import capacity_docs, publish, registry
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import ConfigError
@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             written = publish.publish(None if args.sim else root, list(roots) if args.sim else [],
                                       args.docs, force=args.force)
-        except (provenance.ReplaceRefused, EnvFlagError, capacity_docs.TableError) as e:
+        except (provenance.ReplaceRefused, output_files.OutputRefused, EnvFlagError,
+                capacity_docs.TableError) as e:
             roots_args = " ".join(f"--{'sim' if args.sim else 'measured'} {r}" for r in roots)
             parser.error(f"{e} (the runs are kept: python -m sarathi_lab.measure publish "
                          f"{roots_args} --docs {args.docs} --force publishes them)")
