@@ -7,8 +7,9 @@ A refusal is an OutputRefused, one line. Standard library only."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,13 +112,7 @@ class Outputs:
 
     def check(self) -> None:
         """Before any work: every refusal that can be told now."""
-        problem = _folder_problem(self.folder)
-        problem = problem or next(filter(None, map(_path_problem, self.paths)), None)
-        problem = problem or next((f"{path.parent} is reached through a link, out of "
-                                   f"{self.folder}" for path in self.paths
-                                   if path.parent.resolve() != path.parent), None)
-        if problem is not None:
-            raise OutputRefused(f"{self.given} is invalid: {problem}; nothing was written")
+        check_writable(self.folder, self.names, self.given)
         try:
             provenance.check(self.paths, self.force, self.how)
         except provenance.ReplaceRefused as e:
@@ -136,15 +131,67 @@ class Outputs:
         if recorded:
             sidecar = self.folder / provenance.SIDECAR
             files[sidecar] = provenance.sidecar_text(self.folder, recorded).encode()
-        try:
-            write_all(files)
-        except OSError as e:
-            raise OutputRefused(f"{self.given}: cannot write {e.filename or self.folder} "
-                                f"({e.strerror or e}); nothing was written") from None
+        write_or_refuse(files, self.given, self.folder)
         written = [self.folder / name for name in self.staged]
         if _written is not None:
             _written.update(written)
         return written
+
+
+def check_writable(folder: Path, names: Iterable[str | Path], given: str) -> None:
+    """Before any work: each of ``names`` (below ``folder``, links resolved) can be written: its
+    folder made and written, its disk has room, no name is a folder or a link; or OutputRefused,
+    naming ``given`` (the option that set the folder). Whether a file of another provenance may be
+    replaced is provenance.check's, not this."""
+    folder = Path(folder).resolve()
+    paths = [folder / name for name in names]
+    problem = next(filter(None, map(_folder_problem, dict.fromkeys(
+        [folder, *(path.parent for path in paths)]))), None)
+    problem = problem or next(filter(None, map(_path_problem, paths)), None)
+    problem = problem or next((f"{path.parent} is reached through a link, out of {folder}"
+                               for path in paths if path.parent.resolve() != path.parent), None)
+    if problem is not None:
+        raise OutputRefused(f"{given} is invalid: {problem}; nothing was written")
+
+
+def write_or_refuse(files: Mapping[Path, bytes], given: str, folder: Path) -> None:
+    """write_all, a failure (a disk filled meanwhile) an OutputRefused naming ``given``."""
+    try:
+        write_all(files)
+    except OSError as e:
+        raise OutputRefused(f"{given}: cannot write {e.filename or folder} ({e.strerror or e}); "
+                            "nothing was written") from None
+
+
+@contextmanager
+def staged(folder: Path, given: str) -> Iterator[Path]:
+    """A scratch copy of ``folder`` (links kept as links), for a command whose later steps read
+    what its earlier ones wrote: every step writes into the copy, and what changed there is
+    written into ``folder`` at once when the block ends (write_all); a failure writes nothing."""
+    folder = Path(folder).resolve()
+    with tempfile.TemporaryDirectory(prefix="sarathi-staged-") as scratch:
+        stage = Path(scratch) / "stage"
+        try:
+            if folder.is_dir():
+                shutil.copytree(folder, stage, symlinks=True)
+            else:
+                stage.mkdir()
+        except OSError as e:
+            raise OutputRefused(f"{given}: cannot stage {e.filename or folder} "
+                                f"({e.strerror or e}); nothing was written") from None
+        yield stage
+        write_or_refuse(changed(stage, folder), given, folder)
+
+
+def changed(stage: Path, folder: Path) -> dict[Path, bytes]:
+    """The plain files under ``stage`` new to ``folder`` or other than its, by their path there."""
+    found = {}
+    for path in sorted(stage.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            data, target = path.read_bytes(), folder / path.relative_to(stage)
+            if not (target.is_file() and target.read_bytes() == data):
+                found[target] = data
+    return found
 
 
 def write_all(files: Mapping[Path, bytes]) -> None:

@@ -25,7 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import capacity_docs, publish, registry
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import ConfigError
@@ -81,14 +81,40 @@ def sweep_args(name: str, root: str | Path, scale: str, extra: list[str] = (),
     return ["-m", f"experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *overrides, *extra]
 
 
+def first_config(name: str, scale: str, extra: list[str] = (), sim: bool = False):
+    """A sweep's config before its swept values, composed and parsed as ``python -m
+    sarathi_lab.run`` does (ConfigError: its refusal)."""
+    args = [a for a in sweep_args(name, ".", scale, extra, sim)[1:] if not a.startswith("hydra.")]
+    return parse_config(compose_config(args))
+
+
+_UNCOMPOSED = (ConfigError, ValueError, HydraException, OmegaConfBaseException)
+
+
+def override_refusal(name: str, scale: str, overrides: list[str], sim: bool) -> str | None:
+    """The run's own one-line refusal where ``overrides`` make a sweep's config invalid; None
+    where they do not, or where what is refused is the sweep's own (left for it to say)."""
+    try:
+        first_config(name, scale, overrides, sim)
+        return None
+    except ConfigError as e:
+        refusal = str(e)
+    except _UNCOMPOSED:
+        return None  # a sweep override (chunk=64,abc): each job is the sweep's to check
+    try:
+        first_config(name, scale, (), sim)
+    except _UNCOMPOSED:
+        return None
+    return refusal
+
+
 def ceilings_needed(names, scale: str, extra: list[str] = ()) -> dict[str, list[str]]:
     """{dtype: the experiments whose token_budget=auto reads this CPU's measured ceilings in it}."""
     needed = {}
     for name in names:
-        args = [a for a in sweep_args(name, ".", scale, extra)[1:] if not a.startswith("hydra.")]
         try:
-            cfg = parse_config(compose_config(args))
-        except (ConfigError, ValueError, HydraException, OmegaConfBaseException):
+            cfg = first_config(name, scale, extra)
+        except _UNCOMPOSED:
             continue  # its sweep refuses it, and is named with the failed ones
         if cfg.token_budget == "auto" and (dtype := cpu_ceilings_dtype(cfg.engine)):
             needed.setdefault(dtype, []).append(name)
@@ -203,10 +229,13 @@ def main(argv: list[str] | None = None) -> None:
         roots |= {root.with_name(f"{root.name}-{model}"): [f"engine.sim_cost_model={model}"]
                   for model in OTHER_COST_MODELS}
     names = args.names or known
-    # A bad override is refused here in one line, before any sweep (each would refuse it alike).
-    for name in names if args.override else ():
-        if problem := check_command_line(sweep_args(name, root, args.scale, args.override,
-                                                    args.sim)):
+    # A bad override is refused here in one line, before any sweep (each would refuse it alike):
+    # the command line's, then the run's own refusal of the config it makes.
+    running = [n for n in names if not args.sim or registry.by_name(n).simulated]
+    for name in running if args.override else ():
+        if problem := (check_command_line(sweep_args(name, root, args.scale, args.override,
+                                                     args.sim))
+                       or override_refusal(name, args.scale, args.override, args.sim)):
             parser.error(f"-o {problem}")
     failed, refused = [], []
     try:
@@ -228,7 +257,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             written = publish.publish(None if args.sim else root, list(roots) if args.sim else [],
                                       args.docs, force=args.force)
-        except (provenance.ReplaceRefused, EnvFlagError, capacity_docs.TableError) as e:
+        except (provenance.ReplaceRefused, output_files.OutputRefused, EnvFlagError,
+                capacity_docs.TableError) as e:
             roots_args = " ".join(f"--{'sim' if args.sim else 'measured'} {r}" for r in roots)
             parser.error(f"{e} (the runs are kept: python -m sarathi_lab.measure publish "
                          f"{roots_args} --docs {args.docs} --force publishes them)")

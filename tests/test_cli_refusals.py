@@ -59,6 +59,10 @@ CASES = {
     "produce: an unknown override": (
         ["sarathi_lab.produce", "pd_ratio", "--scale", "ci", "--root", "{tmp}/outputs", "-o", "bogus.key=1"],
         "error: -o bogus.key=1 is invalid: bogus.key is not a known key"),
+    # A value the run refuses (its own refusal, once: the sweep's line and a summary were two).
+    "produce: an override's value of the wrong type": (
+        ["sarathi_lab.produce", "pd_ratio", "--sim", "--root", "{tmp}/outputs", "-o", "chunk=abc"],
+        "error: -o chunk='abc' is invalid: must be of type int"),
     "measure sim_pipeline: out under a file": (["sarathi_lab.measure", "sim_pipeline", "--smoke",
                                                "--out", "{file}/x"],
                                              "a_file"),

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from sarathi_lab import LLM, SamplingParams
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.host_features import usable_cores
 from sarathi_lab.measure.bench import tp_wire
-from sarathi_lab.model.parallel import driver
+from sarathi_lab.model.parallel import driver, spawn
 from sarathi_lab.model.parallel.group import free_port
 from tests.hf_models import hf_greedy
 
@@ -116,6 +117,44 @@ def test_a_rank_that_hangs_ends_the_run_within_the_collective_timeout(layout, na
         with contextlib.suppress(ProcessLookupError):  # killed already, where the driver gave up on it
             os.kill(rank1.pid, signal.SIGKILL)
     assert driver._ranks is None
+
+
+@pytest.mark.parametrize(("layout", "named"), LAYOUTS)
+def test_a_rank_stopped_after_the_start_ends_the_run_within_the_step_watch_naming_it(layout, named, monkeypatch):
+    # Mid-run a stopped rank held the run to collective_timeout_s (here a minute; two by default).
+    monkeypatch.setattr(spawn, "STEP_STALL_S", 4.0)
+    llm = LLM("tiny", **(SETTINGS | layout | {"collective_timeout_s": 60}))
+    rank1 = driver._ranks.processes[0]
+    os.kill(rank1.pid, signal.SIGSTOP)  # started and serving: alive, answering nothing
+    stopped = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=rf"^{re.escape(named)}: rank 1 stopped mid-step: no rank used CPU "
+                                               r"for 4 s, so the run stops$"):
+            llm.generate(PROMPTS, NEW)
+        assert time.monotonic() - stopped < 20
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank1.pid, signal.SIGKILL)
+    assert driver._ranks is None
+
+
+def test_a_slow_step_of_a_live_rank_is_no_hang(monkeypatch):
+    # The driver's part takes longer than the step watch's window, using CPU all along, while rank 1
+    # waits for it without any: the step makes progress, and the run goes on.
+    monkeypatch.setattr(spawn, "STEP_STALL_S", 2.0)
+    slow, real = [], driver.run_step
+
+    def slow_step(*args):
+        if not slow:
+            slow.append(time.monotonic())
+            while time.monotonic() - slow[0] < 6:  # computing, as a slow part does
+                pass
+        return real(*args)
+
+    monkeypatch.setattr(driver, "run_step", slow_step)
+    want = LLM("tiny", **SETTINGS).generate(PROMPTS, NEW)
+    assert LLM("tiny", **(SETTINGS | {"tensor_parallel": 2})).generate(PROMPTS, NEW) == want
+    assert slow and driver._ranks is not None and not driver._ranks.stalled
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ partial results root draw what they can and name what is missing. Every command 
 starts it, on temporary roots, never on the repository's docs/."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sarathi_lab import provenance
+from sarathi_lab import output_files, provenance
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.provenance import Provenance
 
@@ -418,3 +419,92 @@ def test_capacity_docs_refuses_to_replace_the_cpu_capacity_table_unless_forced(t
     done = _run("sarathi_lab.measure", "capacity_docs", str(runs), "--docs", str(docs), "--force")
     assert done.returncode == 0, done.stderr[-3000:]
     assert (docs / "capacity" / "cpu_capacity.csv").read_bytes() != committed
+
+
+# publish writes its whole set at once, or none of it.
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _results_md(docs: Path) -> None:
+    shutil.copy(ROOT / "docs" / "RESULTS.md", docs / "RESULTS.md")
+    (docs / "sim").mkdir(exist_ok=True)
+    for name in ("pipeline_summary.csv", "provenance.json"):
+        shutil.copy(ROOT / "docs" / "sim" / name, docs / "sim" / name)
+
+
+def test_a_publish_failing_midway_leaves_every_file_of_its_set_as_it_was(tmp_path, monkeypatch):
+    from sarathi_lab.analysis import figures, publish
+
+    root, docs = _pd_ratio_root(tmp_path / "runs"), _docs(tmp_path)
+    _results_md(docs)
+    before = _snapshot(docs)
+    drawn, png = [], figures.png
+
+    def fails_at_the_second(fig):
+        drawn.append(fig)
+        if len(drawn) == 2:  # pd_ratio.png drawn, the capacity figure next
+            raise RuntimeError("the figure could not be drawn")
+        return png(fig)
+
+    monkeypatch.setattr(figures, "png", fails_at_the_second)
+    with pytest.raises(RuntimeError, match="could not be drawn"):
+        publish.main(["--measured", str(root), "--docs", str(docs), "--force"])
+    assert len(drawn) == 2 and _snapshot(docs) == before  # no figure, no table, no page, no provenance
+    monkeypatch.setattr(figures, "png", png)
+    publish.main(["--measured", str(root), "--docs", str(docs), "--force"])
+    after = _snapshot(docs)
+    assert {"figures/pd_ratio.png", "figures/claims.csv", "figures/provenance.json", "RESULTS.md"} <= {
+        name for name in after if after[name] != before.get(name)}
+    assert not [name for name in after if ".writing-" in name]
+
+
+def test_a_read_only_docs_folder_is_refused_in_one_line_before_any_figure_is_drawn(tmp_path, monkeypatch, capsys):
+    from sarathi_lab.analysis import publish, registry
+
+    root, docs = _pd_ratio_root(tmp_path / "runs"), _docs(tmp_path)
+    before, drawn = _snapshot(docs), []
+    monkeypatch.setattr(registry, "draw", lambda *args: drawn.append(args))
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(output_files.tempfile, "TemporaryFile", read_only)
+    with pytest.raises(SystemExit) as exit_:
+        publish.main(["--measured", str(root), "--docs", str(docs), "--force"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and not drawn and _snapshot(docs) == before
+    assert line == (f"error: --docs={docs} is invalid: {docs} cannot be written (Read-only file "
+                    "system); nothing was written")
+
+
+@pytest.fixture
+def read_only_docs(tmp_path):
+    """A copy of the docs publish reads, on a read-only filesystem (root ignores a chmod)."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], capture_output=True,
+                             check=False)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()})")
+    try:
+        docs = _docs(where)
+        _results_md(docs)
+        (docs / "gpu").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True, capture_output=True)
+        yield docs
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+@pytest.mark.parametrize("what", [["--measured", "{root}", "--force"], ["--gpu-claims"]])
+def test_publish_into_a_read_only_filesystem_is_refused_in_one_line(read_only_docs, tmp_path, what):
+    docs, root = read_only_docs, _pd_ratio_root(tmp_path / "runs")
+    before = _snapshot(docs)
+    run = _run("sarathi_lab.measure", "publish", *(a.format(root=root) for a in what), "--docs", str(docs))
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"error: --docs={docs} is invalid: ") and "(Read-only file system); nothing was " \
+        "written" in line, line
+    assert _snapshot(docs) == before

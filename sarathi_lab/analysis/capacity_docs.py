@@ -197,14 +197,15 @@ def draw(docs: str | Path = DOCS) -> list[Path]:
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 
-def refresh(docs: str | Path = DOCS) -> list[Path]:
-    """The two figures and, where docs/figures/claims.csv exists, its capacity rows replaced."""
+def refresh(docs: str | Path = DOCS, shown: str | Path | None = None) -> list[Path]:
+    """The two figures and, where docs/figures/claims.csv exists, its capacity rows replaced;
+    ``shown``: the folder its message names, where ``docs`` is a staged copy of it."""
     # The CPU table is optional; the simulated two are what every figure draws.
     tables = [Path(docs) / "capacity" / name for name in (SIM_CSV, TRADEOFF_CSV)]
     if missing := [t.name for t in tables if not t.is_file()]:
         # A docs folder other than the repository's (publish --docs DIR) holds no capacity tables.
-        print(f"capacity: no {', '.join(missing)} under {Path(docs) / 'capacity'}: its figures and "
-              "claims rows left out")
+        print(f"capacity: no {', '.join(missing)} under {Path(shown or docs) / 'capacity'}: its "
+              "figures and claims rows left out")
         return []
     written, path = draw(docs), Path(docs) / "figures" / "claims.csv"
     if path.exists():

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from sarathi_lab import output_files
 from sarathi_lab.analysis import gpu_records, gpu_rejudge, gpu_tables, registry
 from sarathi_lab.analysis.gpu_records import Summary, cell
 from sarathi_lab.analysis.verdict import WORDS, words_markdown
@@ -198,5 +199,5 @@ def write(results_md: Path, gpu_docs: Path) -> Path:
     start, end = text.find(WORDS_BEGIN), text.find(WORDS_END)
     if 0 <= start < end:
         text = text[:start] + words_section() + text[end + len(WORDS_END):]
-    results_md.write_text(text)
+    output_files.write_all({Path(results_md): text.encode()})
     return results_md

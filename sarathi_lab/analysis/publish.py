@@ -20,7 +20,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from sarathi_lab import cli_args, provenance
+from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import (
     capacity_docs,
     claims,
@@ -39,6 +39,10 @@ WRITER = "python -m sarathi_lab.measure publish"
 CAPACITY = "capacity"
 # What claims.simulated_provenance writes in every predicted row's machine column.
 PREDICTED = claims.simulated_provenance("", "")["machine"]
+# Written beside the planned files: redrawn from the tables (capacity_docs, pipeline_claims) and
+# the page they are summed up in (results_page).
+DERIVED = ("figures/claims.csv", "figures/capacity.png", "figures/capacity_tradeoff.png",
+           "RESULTS.md")
 
 
 def _joined(values) -> str:
@@ -145,13 +149,27 @@ def draw_all(results, docs: Path, suffix: str = "") -> list[Path]:
 def publish(measured: str | Path | None, simulated: list[str | Path],
             docs: str | Path = capacity_docs.DOCS,
             include_unreliable: bool = False, force: bool = False) -> list[Path]:
-    """The files written; ReplaceRefused first where one would replace another provenance's."""
+    """The files written, all at once (a failure writes none); ReplaceRefused first where one
+    would replace another provenance's, OutputRefused where one cannot be written."""
     capacity_docs.check_tables(docs)
-    docs, sims, written = Path(docs), [load_results(root) for root in simulated], []
+    docs, sims = Path(docs), [load_results(root) for root in simulated]
     runs = (None if measured is None
             else load_results(measured, include_unreliable=include_unreliable))
     planned = plan(runs, sims, docs)
     provenance.check(planned, force, "--force replaces them; --docs DIR writes into another folder")
+    given = f"--docs={docs}"
+    output_files.check_writable(docs, [*(p.relative_to(docs) for p in planned), *DERIVED], given)
+    # Each step below reads what an earlier one wrote (the claims table, the capacity tables).
+    with output_files.staged(docs, given) as stage:
+        written = _write(runs, sims, stage, {stage / p.relative_to(docs): prov
+                                             for p, prov in planned.items()}, docs)
+    return [docs / p.relative_to(stage) for p in written if p is not None]
+
+
+def _write(runs: Results | None, sims: list[Results], docs: Path,
+           planned: dict[Path, Provenance], shown: Path) -> list[Path]:
+    """Into ``docs`` (a staged copy of ``shown``, the folder its messages name)."""
+    written = []
     if runs is not None:
         written += draw_all(runs, docs)
     if sims:
@@ -167,7 +185,7 @@ def publish(measured: str | Path | None, simulated: list[str | Path],
         table.to_csv(path, index=False)
         written.append(path)
     provenance.record({path: prov for path, prov in planned.items() if path in written})
-    written += capacity_docs.refresh(docs)
+    written += capacity_docs.refresh(docs, shown)
     written += pipeline_claims.refresh(docs)
     # The page's glance is the table as it now stands (capacity's rows included, above).
     results_md = docs / "RESULTS.md"
@@ -200,8 +218,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.measured is None and not args.sim and not args.gpu_claims:
         parser.error("nothing to publish: give --measured ROOT and/or --sim ROOT, or --gpu-claims")
     if args.gpu_claims:
+        results_md = Path(args.docs) / "RESULTS.md"
         try:
-            print(gpu_claims.write(Path(args.docs) / "RESULTS.md", Path(args.docs) / "gpu"))
+            output_files.check_writable(args.docs, [results_md.name], f"--docs={args.docs}")
+            print(gpu_claims.write(results_md, Path(args.docs) / "gpu"))
+        except output_files.OutputRefused as e:
+            parser.error(str(e))
         except OSError as e:
             parser.error(f"--docs={args.docs} is invalid: must hold RESULTS.md and gpu/ "
                          f"({e.strerror})")
@@ -211,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
             return
     try:
         written = publish(args.measured, args.sim, args.docs, args.include_unreliable, args.force)
-    except (provenance.ReplaceRefused, EnvFlagError, capacity_docs.TableError) as e:
+    except (provenance.ReplaceRefused, output_files.OutputRefused, EnvFlagError,
+            capacity_docs.TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, dict.fromkeys(written))))

@@ -147,16 +147,17 @@ class ParallelExecutor(Samples, Executor):
         runner = self.runner
         host = batch_tensors(batch, runner.block_size, self._host, runner.tables)
         try:
-            t_wire = clock.now()
-            sent = encode(host)
-            bounded(dist.broadcast(sent.header, 0, group=self.group.control, async_op=True),
-                    self.timeout_s)
-            dist.broadcast(sent.payload, 0, group=self.wire)
-            t1 = clock.now()
-            self.broadcast_s.append(t1 - t_wire)
-            self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
-            logits = run_step(self.part, sent.header.tolist(), sent.payload)
-            t2 = clock.now()
+            with self.group.step():
+                t_wire = clock.now()
+                sent = encode(host)
+                bounded(dist.broadcast(sent.header, 0, group=self.group.control, async_op=True),
+                        self.timeout_s)
+                dist.broadcast(sent.payload, 0, group=self.wire)
+                t1 = clock.now()
+                self.broadcast_s.append(t1 - t_wire)
+                self.broadcast_bytes.append(sent.header.numel() * 8 + sent.payload.numel())
+                logits = run_step(self.part, sent.header.tolist(), sent.payload)
+                t2 = clock.now()
         except BaseException as e:  # Ctrl-C included: the ranks wait for the rest of the step
             failure = _give_up(self.group, e, self.timeout_s)
             if isinstance(e, Exception):

@@ -2,8 +2,11 @@
 collective_timeout_s, so a dead rank ends the run, never hangs it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -53,6 +56,19 @@ class RankGroup:
     label: str = ""
     # The last engine's pipeline Chain (commands pass point to point); None: broadcast to all.
     chain: Any = None
+    # The step under way (step()), if any: the thread waiting on the ranks, for the step watch.
+    stepping: int | None = None
+    # Why the step watch ended the ranks (spawn.watch_steps), said in place of the failure it made.
+    stalled: str = ""
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """While the driver waits on its ranks' part of a step."""
+        self.stepping = threading.get_native_id()
+        try:
+            yield
+        finally:
+            self.stepping = None
 
     def device(self, device_type: str) -> torch.device:
         if device_type == "cuda":
@@ -72,6 +88,8 @@ class RankGroup:
 
     def failure(self, error: BaseException, timeout_s: float) -> RuntimeError:
         """Torchrun's agent names its own dead ranks."""
+        if self.stalled:
+            return RuntimeError(self.stalled)
         why = first_line(error)[:300]
         dead = self.dead_ranks(wait_s=1.0)
         if dead:

@@ -83,8 +83,9 @@ class PipelineParallelExecutor(Samples, PipelineExecutor):
         mb = self._in_flight.popleft()
         clock = self.clock
         try:
-            bounded(mb.received, self.timeout_s)
-            wait_all(mb.sends, self.timeout_s)
+            with self.group.step():
+                bounded(mb.received, self.timeout_s)
+                wait_all(mb.sends, self.timeout_s)
         except Exception as e:
             raise self._fail(e) from e
         t2 = clock.now()

@@ -1,4 +1,5 @@
-"""The ranks a driver spawns, joined once ready; each side watches the other's death."""
+"""The ranks a driver spawns, joined once ready; each side watches the other's death, and the driver
+its ranks' steps: one that hangs mid-step ends the run naming it (watch_steps)."""
 from __future__ import annotations
 
 import contextlib
@@ -23,6 +24,9 @@ READY = "sarathi/ready"
 # A starting rank imports (torch, the engine) and so keeps a CPU busy: one whose CPU time stands
 # still this long before it started hangs (stopped, or blocked on a lock or a read).
 STALL_S = 5.0
+# Mid-step a rank waiting for another uses no CPU, but the one it waits for (or the driver) does:
+# a step in which no process of the group has for this long hangs (a rank stopped, or all blocked).
+STEP_STALL_S = 10.0
 
 
 def start(size: int, port: int) -> list:
@@ -109,15 +113,16 @@ def join_spawned(processes: list, size: int, port: int) -> RankGroup:
         kill(processes)  # a rank left behind would wait for the driver to join
         raise
     group.processes = processes
+    watch_steps(group)
     return group
 
 
 def _wait_started(spawned: RankGroup, store) -> None:
-    deadline, stalls = time.monotonic() + JOIN_TIMEOUT_S, _Stalls(spawned.processes)
+    deadline, stalls = time.monotonic() + JOIN_TIMEOUT_S, _Stalls(_rank_stats(spawned))
     while waiting := [r for r in range(1, spawned.size) if not store.check([_ready(r)])]:
         if dead := spawned.dead_ranks():
             raise RuntimeError(died_joining(spawned.size, dead))
-        if hung := stalls.of(waiting):
+        if hung := stalls.of(waiting, STALL_S):
             raise RuntimeError(f"{spawned.size} ranks: " + ", ".join(f"rank {r}" for r in hung)
                                + f" used no CPU for {STALL_S:g} s before it started (it hangs: "
                                "stopped, or blocked on a lock or a read), so the run stops")
@@ -128,34 +133,81 @@ def _wait_started(spawned: RankGroup, store) -> None:
         time.sleep(POLL_S)  # where Ctrl-C lands, ending the ranks below
 
 
-class _Stalls:
-    """Each starting rank's CPU time (Linux's /proc; elsewhere none is told) and since when."""
+def _rank_stats(group: RankGroup) -> dict[int, Path]:
+    return {r: Path(f"/proc/{p.pid}/stat") for r, p in enumerate(group.processes, start=1)}
 
-    def __init__(self, processes: list) -> None:
-        self.processes = processes
+
+class _Stalls:
+    """Each rank's CPU time (Linux's /proc; elsewhere none is told) and since when it stands."""
+
+    def __init__(self, stats: dict[int, Path]) -> None:
+        self.stats = stats
         self.seen: dict[int, tuple[int, float]] = {}
 
-    def of(self, ranks: list[int]) -> list[int]:
+    def of(self, ranks: list[int], stall_s: float) -> list[int]:
         now, hung = time.monotonic(), []
         for rank in ranks:
-            ticks = _cpu_ticks(self.processes[rank - 1].pid)
+            ticks = _cpu_ticks(self.stats[rank])
             if ticks is None:
                 continue
             last = self.seen.get(rank)
             if last is None or last[0] != ticks:
                 self.seen[rank] = (ticks, now)
-            elif now - last[1] >= STALL_S:
+            elif now - last[1] >= stall_s:
                 hung.append(rank)
         return hung
 
 
-def _cpu_ticks(pid: int | None) -> int | None:
+def _stat_fields(stat: Path) -> list[str] | None:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _cpu_ticks(stat: Path) -> int | None:
     """User and system time, in clock ticks."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = _stat_fields(stat)
         return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
+    except (TypeError, IndexError, ValueError):
         return None
+
+
+def watch_steps(group: RankGroup) -> None:
+    """Until the ranks are gone: a step in which no process of the group used CPU for
+    STEP_STALL_S hangs, and a collective would wait for it to collective_timeout_s. Its ranks
+    are ended (their connections close, so the driver's wait ends at once) and ``group.stalled``
+    says why, naming the ranks stopped. A slow rank uses CPU, and so does the driver's part."""
+    threading.Thread(target=_watch_steps, args=(group,), name="sarathi-step-watch",
+                     daemon=True).start()
+
+
+def _state(stat: Path) -> str:
+    """'R' running, 'S' asleep, 'T' stopped, 'Z' dead but not yet reaped; '' gone."""
+    return (_stat_fields(stat) or [""])[0]
+
+
+def _watch_steps(group: RankGroup) -> None:
+    ranks = _rank_stats(group)
+    stats, stepping = dict(ranks), None
+    stalls = _Stalls(stats)
+    while any(_state(stat) not in ("", "Z") for stat in ranks.values()):
+        time.sleep(POLL_S)
+        if group.stepping != stepping:  # a step begun or ended: its stall counted afresh
+            stepping, stalls.seen = group.stepping, {}
+            # Rank 0: the driver's thread waiting on the step (its part computed there).
+            stats[0] = Path(f"/proc/{os.getpid()}/task/{stepping}/stat")
+        if stepping is None or len(stalls.of(list(stats), STEP_STALL_S)) < len(stats):
+            continue
+        stopped = [r for r, stat in ranks.items() if _state(stat) in ("T", "t")]
+        who = ", ".join(f"rank {r}" for r in stopped or ranks)
+        group.stalled = (f"{group.label or f'{group.size} ranks'}: {who} "
+                         + ("stopped" if stopped else "blocked (on a lock or a read)")
+                         + f" mid-step: no rank used CPU for {STEP_STALL_S:g} s, so the run stops")
+        for process in group.processes:
+            process.kill()
+        return
 
 
 # Sent by the watch below to the driver's main thread, whose handler raises RankDied.
