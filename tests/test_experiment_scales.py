@@ -127,7 +127,10 @@ NOT_AN_EXPERIMENT = {ROOT / "sarathi_lab" / "measure" / "gpu" / "steps" / "profi
                      # bench sim_speed's workload as a run's overrides: the bench's own, no paper experiment.
                      ROOT / "sarathi_lab" / "measure" / "sim_check" / "sim_process.py",
                      # a measured run rebuilt on the simulator: how it is rerun, not what it ran.
-                     ROOT / "sarathi_lab" / "measure" / "sim_check" / "rebuild.py"}
+                     ROOT / "sarathi_lab" / "measure" / "sim_check" / "rebuild.py",
+                     # the sim-vs-GPU smoke's own points over the dry overlay (PaperResult.smoke_runs):
+                     # what the smoke compares, not what the experiment runs at any scale.
+                     ROOT / "sarathi_lab" / "analysis" / "paper_results" / "pd_ratio.py"}
 
 
 def test_no_python_module_writes_a_paper_experiment_s_overrides():
