@@ -54,6 +54,19 @@ def test_a_sweep_with_no_past_says_the_progress_will_tell_and_then_it_does():
     assert "over an hour" in progress, "the first job told what no estimate did"
 
 
+def test_the_engine_s_set_up_is_counted_once_not_scaled_to_the_jobs_that_reuse_it():
+    # As a sweep's jobs share one engine: the first job built it (4 s of its 8 s), the others reuse it.
+    clock = SweepClock([Job((f"chunk={c}",), KIND, 1000) for c in (256, 512, 1024)], [])
+    assert "about 8s left" in clock.job_ended(0, 8.0, setup_s=4.0), "4 s a job, not 8"
+    # Later sweeps: each past job counted without its set-up, and one set-up added per kind of job.
+    past = [_past(["a=1"], 10.0) | {"setup_s": 4.0}, _past(["a=2"], 6.0) | {"setup_s": 0.0},
+            _past(["a=3"], 6.0)]
+    (line,) = SweepClock([Job((f"a={i}",), KIND, 1000) for i in (1, 2, 3)], past).before()
+    assert "expected to take about 22s" in line, line  # 6 + 6 + 6 + one 4 s set-up
+    fresh = SweepClock([Job(("a=4",), "other|model|serve|cpu", 1000)], past)
+    assert fresh.setups == {"other|model|serve|cpu": 0.0}, "no set-up known for a kind never built"
+
+
 def test_the_remaining_estimates_follow_how_the_ended_jobs_compared():
     past = [_past(["a=1"], 10.0), _past(["a=2"], 10.0), _past(["a=3"], 10.0)]
     clock = SweepClock([Job((f"a={i}",), KIND, 1000) for i in (1, 2, 3)], past)

@@ -3,7 +3,9 @@ an earlier launch's job folders set aside."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import math
 import os
 import sys
 import time
@@ -93,12 +95,13 @@ class SweepSummary(Callback):
                      key=lambda s: s["time"], default={})
         num = int(config.hydra.job.num)
         clock = self._clock if self._clock is not None and num < len(self._clock.jobs) else None
+        setup_s = min(_setup_seconds(out), seconds)
         if status.get("status") == "ok":
             with contextlib.suppress(OSError):
                 sweep_eta.record(Path(str(config.hydra.sweep.dir)),
-                                 clock.jobs[num] if clock else _job_of(config), seconds)
+                                 clock.jobs[num] if clock else _job_of(config), seconds, setup_s)
         if clock is not None:
-            log.info("%s", clock.job_ended(num, seconds))
+            log.info("%s", clock.job_ended(num, seconds, setup_s))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -330,6 +333,18 @@ def _clock(config: DictConfig, jobs: list[list[str]],
     past = sweep_eta.past_jobs(sweep_dir)
     planned, no_simulation = sweep_sim_eta.simulated(config, jobs, planned, cfgs, past)
     return sweep_eta.SweepClock(planned, past, no_simulation)
+
+
+def _setup_seconds(run_dir: Path) -> float:
+    """The seconds a finished run spent building the engine's parts, from its results; 0 where
+    it built none (it took them from the sweep's earlier job) or recorded none."""
+    try:
+        setup = json.loads((run_dir / "metrics.json").read_text())["environment"]["engine_setup"]
+        seconds = float(setup["seconds"])
+        built = "built" in dict(setup.get("parts") or {}).values()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0.0
+    return seconds if built and math.isfinite(seconds) and seconds > 0 else 0.0
 
 
 def _job_of(config: DictConfig) -> sweep_eta.Job:

@@ -40,9 +40,11 @@ def _key(overrides) -> tuple[str, ...]:
                         if not o.lstrip("+~").startswith(("on_existing=", "logger", "hydra."))))
 
 
-def record(sweep_dir: Path, done: Job, seconds: float) -> None:
+def record(sweep_dir: Path, done: Job, seconds: float, setup_s: float = 0.0) -> None:
+    """``setup_s``: what of ``seconds`` went to building the engine (a job after it in the same
+    process reuses it)."""
     line = {"overrides": list(done.overrides), "kind": done.kind, "tokens": done.tokens,
-            "seconds": seconds, "host": platform.node(), "time": time.time()}
+            "seconds": seconds, "setup_s": setup_s, "host": platform.node(), "time": time.time()}
     with open(sweep_dir / JOB_TIMES, "a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -71,15 +73,30 @@ class Estimate:
     basis: str                      # "timed" (this job before) or "scaled" (similar jobs' rate)
 
 
+def _served_s(past_job: dict[str, Any]) -> float:
+    """A past job's time without the engine's set-up: what a job that reuses the engine takes."""
+    setup = past_job.get("setup_s")
+    return past_job["seconds"] - (setup if isinstance(setup, (int, float)) else 0.0)
+
+
+def setup_estimate(kind: str, past: list[dict[str, Any]]) -> float:
+    """The engine's set-up for a kind of job, paid once where a sweep's jobs share one engine:
+    the median of the past set-ups that built it (0 where none is known)."""
+    built = sorted(p["setup_s"] for p in past if p.get("kind") == kind
+                   and isinstance(p.get("setup_s"), (int, float)) and p["setup_s"] > 0)
+    return built[len(built) // 2] if built else 0.0
+
+
 def estimate(this: Job, past: list[dict[str, Any]]) -> Estimate:
+    """A job's time without the engine's set-up (the sweep adds it once per kind)."""
     if this.kept:
         return Estimate(0.0, "kept")
-    same = [p["seconds"] for p in past if tuple(p["overrides"]) == this.overrides]
+    same = [_served_s(p) for p in past if tuple(p["overrides"]) == this.overrides]
     if same:
         return Estimate(sorted(same)[len(same) // 2], "timed")
     alike = [p for p in past if p.get("kind") == this.kind and this.kind and p.get("tokens")]
     if this.tokens and alike:
-        rate = sum(p["seconds"] for p in alike) / sum(p["tokens"] for p in alike)
+        rate = sum(_served_s(p) for p in alike) / sum(p["tokens"] for p in alike)
         return Estimate(rate * this.tokens, "scaled")
     if this.simulated_s is not None:
         return Estimate(this.simulated_s, "simulated")
@@ -103,8 +120,11 @@ class SweepClock:
         self.jobs = jobs
         self.no_simulation = no_simulation
         self.estimates = [estimate(j, past) for j in jobs]
+        # One engine set-up per kind of job still to run (jobs of a kind share one engine).
+        self.setups = {j.kind: setup_estimate(j.kind, past) for j in jobs if not j.kept}
         self.start = time.monotonic()
-        self.ended: list[tuple[int, float]] = []     # (job number, seconds)
+        self.ended: list[tuple[int, float]] = []     # (job number, seconds without set-up)
+        self.set_up: dict[str, float] = {}           # kind -> its set-up, once a job paid it
 
     def before(self) -> list[str]:
         """The expected time, and a line when it is over an hour."""
@@ -117,7 +137,7 @@ class SweepClock:
             why = f" ({self.no_simulation})" if self.no_simulation else ""
             return [(f"sweep: {n} jobs; no earlier job on this machine to estimate their time "
                      f"from{why}: the progress lines will tell, once the first job has run")]
-        total = sum(e.seconds or 0.0 for e in self.estimates)
+        total = sum(e.seconds or 0.0 for e in self.estimates) + sum(self.setups.values())
         basis = [f"{count[b]} {what}" for b, what in (
             ("timed", "as timed before"), ("scaled", "scaled from similar jobs' time per token"),
             ("simulated", ("served on the simulator at this CPU's measured ceilings, a floor: "
@@ -136,9 +156,13 @@ class SweepClock:
         return (f"this sweep is expected to run over an hour (about {duration(total)}): Ctrl-C "
                 "stops it keeping every finished job, and prints the command that resumes it")
 
-    def job_ended(self, num: int, seconds: float) -> str:
-        """'sweep: 3 of 20 jobs done in 4m; about 23m left (ETA 14:32)'."""
-        self.ended.append((num, seconds))
+    def job_ended(self, num: int, seconds: float, setup_s: float = 0.0) -> str:
+        """'sweep: 3 of 20 jobs done in 4m; about 23m left (ETA 14:32)'. ``setup_s``: what of
+        ``seconds`` built the engine, which the jobs after it reuse: not scaled to them."""
+        self.ended.append((num, seconds - setup_s))
+        if num < len(self.jobs):
+            kind = self.jobs[num].kind
+            self.set_up[kind] = self.set_up.get(kind, 0.0) + setup_s
         done = {n for n, _ in self.ended}
         elapsed = time.monotonic() - self.start
         left = self._left(done)
@@ -164,7 +188,9 @@ class SweepClock:
         per_token = [(s, self.jobs[n].tokens) for n, s in ran if self.jobs[n].tokens]
         rate = sum(s for s, _ in per_token) / sum(t for _, t in per_token) if per_token else None
         per_job = sum(s for _, s in ran) / len(ran) if ran else None
-        left = 0.0
+        # A kind none of whose jobs has run yet still builds its engine once.
+        left = sum(self.setups.get(k, 0.0) for k in {self.jobs[i].kind for i in rest}
+                   if k not in self.set_up)
         for i in rest:
             if (guess := self.estimates[i].seconds) is not None:
                 left += guess * ratio
