@@ -117,7 +117,7 @@ def claims_rows(measured: Results | None, sims: list[Results],
     fig12 = pipeline_claims.owned(old)
     simulated = predicted(old) & ~fig12
     kept_sims = simulated & ~old.experiment.isin(rerun)
-    keep = kept_sims | (~simulated & ~fig12 & (measured is None)) | fig12
+    keep = kept_sims | (~simulated & (measured is None)) | fig12
     kept = [n for n in registry.names() if n != CAPACITY and n in set(old.experiment[kept_sims])]
     if sims and kept:
         print(f"simulated rows kept as committed (no --sim root has them): {', '.join(kept)}")

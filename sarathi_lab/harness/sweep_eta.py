@@ -124,7 +124,7 @@ class SweepClock:
         self.setups = {j.kind: setup_estimate(j.kind, past) for j in jobs if not j.kept}
         self.start = time.monotonic()
         self.ended: list[tuple[int, float]] = []     # (job number, seconds without set-up)
-        self.set_up: dict[str, float] = {}           # kind -> its set-up, once a job paid it
+        self.paid: dict[str, float] = {}             # kind -> its set-up, once a job paid it
 
     def before(self) -> list[str]:
         """The expected time, and a line when it is over an hour."""
@@ -162,7 +162,7 @@ class SweepClock:
         self.ended.append((num, seconds - setup_s))
         if num < len(self.jobs):
             kind = self.jobs[num].kind
-            self.set_up[kind] = self.set_up.get(kind, 0.0) + setup_s
+            self.paid[kind] = self.paid.get(kind, 0.0) + setup_s
         done = {n for n, _ in self.ended}
         elapsed = time.monotonic() - self.start
         left = self._left(done)
@@ -190,7 +190,7 @@ class SweepClock:
         per_job = sum(s for _, s in ran) / len(ran) if ran else None
         # A kind none of whose jobs has run yet still builds its engine once.
         left = sum(self.setups.get(k, 0.0) for k in {self.jobs[i].kind for i in rest}
-                   if k not in self.set_up)
+                   if k not in self.paid)
         for i in rest:
             if (guess := self.estimates[i].seconds) is not None:
                 left += guess * ratio
