@@ -4,6 +4,9 @@ capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/cla
     python -m sarathi_lab.measure capacity_docs MULTIRUN  # /tmp/cap/cpu: writes cpu_capacity.csv
     python -m sarathi_lab.measure capacity_docs           # redraws from the committed tables only
 
+Its files are written at once, or none of them (output_files.staged); a folder that cannot be
+written, or a CPU table of another provenance without --force, is refused before any is drawn.
+
 The simulated capacity_sim tables (one per cost model, SIM_TABLES) are written by
 ``python -m sarathi_lab.measure publish --sim ROOT`` from a root's capacity sweep.
 """
@@ -32,6 +35,8 @@ SIM_TABLES = {"roofline": SIM_CSV, "calibrated": "sim_capacity_uniform_calibrate
 # The trace's lengths, which the table does not record.
 TRACE_LENGTHS = ", arxiv_summarization lengths"
 OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
+# What refresh writes under the docs folder, checked writable before the figures are drawn.
+REFRESHED = ("figures/capacity.png", "figures/capacity_tradeoff.png", "figures/claims.csv")
 
 
 class TableError(ValueError):
@@ -72,24 +77,33 @@ def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
             read_table(cpu) if cpu.exists() else None)
 
 
-def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
-    """docs/capacity/cpu_capacity.csv from searches; replaced only with ``force`` (no commit)."""
+def cpu_searches(multirun: str | Path) -> pd.DataFrame:
+    """The CPU-measured searches of a folder; SystemExit where it holds none."""
     searches = capacity.load_searches(multirun)
     if searches.empty or any(recorded_as(name, "simulated") for name in searches.executor):
         raise SystemExit(f"{multirun}: expected capacity searches of executor=model "
                          f"(capacity.json), found {len(searches)} search(es) with executors "
                          f"{sorted(set(searches.get('executor', [])))}")
-    path = Path(docs) / "capacity" / CPU_CSV
+    return searches
+
+
+def cpu_outputs(searches: pd.DataFrame, docs: str | Path, force: bool = False,
+                given: str = "") -> output_files.Outputs:
+    """docs/capacity/cpu_capacity.csv's planned output, its table added (not yet written)."""
     prov = provenance.Provenance("measured CPU", "+".join(sorted(set(map(str, searches.scale)))),
                                  "+".join(sorted(set(map(str, searches.device_name)))),
                                  commit=provenance.UNRECORDED,
                                  writer="python -m sarathi_lab.measure capacity_docs")
-    out = output_files.Outputs(path.parent, {path.name: prov}, given=f"--docs={docs}",
-                               force=force,
+    out = output_files.Outputs(Path(docs) / "capacity", {CPU_CSV: prov},
+                               given=given or f"--docs={docs}", force=force,
                                how="--force replaces it; --docs DIR writes into another folder")
-    out.check()
-    out.add(path.name, capacity.csv_text(capacity.compact(searches)))
-    return out.write()[0]
+    out.add(CPU_CSV, capacity.csv_text(capacity.compact(searches)))
+    return out
+
+
+def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
+    """docs/capacity/cpu_capacity.csv from searches; replaced only with ``force`` (no commit)."""
+    return cpu_outputs(cpu_searches(multirun), docs, force).write()[0]
 
 
 def tabulate_simulated(sweep: str | Path, docs: str | Path) -> Path | None:
@@ -215,6 +229,28 @@ def refresh(docs: str | Path = DOCS, shown: str | Path | None = None) -> list[Pa
     return written
 
 
+def write(multirun: str | Path | None, docs: str | Path = DOCS,
+          force: bool = False) -> list[Path]:
+    """The CPU table from ``multirun`` (None: the committed one kept) and what refresh redraws,
+    all at once (a failure writes none); every refusal (TableError, OutputRefused) before the
+    figures are drawn."""
+    docs = Path(docs)
+    given = f"--docs={docs}"
+    check_tables(docs)
+    searches = None if multirun is None else cpu_searches(multirun)
+    if searches is not None:
+        cpu_outputs(searches, docs, force, given).check()
+    sidecar = [] if searches is None else [f"capacity/{provenance.SIDECAR}"]
+    output_files.check_writable(docs, [*REFRESHED, *sidecar], given)
+    # refresh reads the CPU table written before it: both into a copy, written over at once.
+    with output_files.staged(docs, given) as stage:
+        stage = stage.resolve()
+        # Whether it may replace the committed table was checked above, on the folder itself.
+        written = [] if searches is None else cpu_outputs(searches, stage, True, given).write()
+        written += refresh(stage, docs)
+    return [docs / path.relative_to(stage) for path in written]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog="python -m sarathi_lab.measure capacity_docs",
                              description=__doc__,
@@ -226,9 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     cli_args.shared(parser, force="replace the CPU capacity table already there")
     args = parser.parse_args(argv)
     try:
-        check_tables(args.docs)
-        written = [tabulate(args.multirun, args.docs, args.force)] if args.multirun else []
-        written += refresh(args.docs)
-    except (provenance.ReplaceRefused, output_files.OutputRefused, TableError) as e:
+        written = write(args.multirun, args.docs, args.force)
+    except (output_files.OutputRefused, TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, written)))
