@@ -1,5 +1,7 @@
 """The committed capacity tables (docs/capacity/*.csv) and what is drawn from them: the figures
-capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/claims.csv.
+capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/claims.csv. Which
+table feeds which claim, with what provenance, is decided here; the claims, verdicts and figures
+themselves are the capacity result's (analysis/paper_results/capacity.py).
 
     python -m sarathi_lab.measure capacity_docs MULTIRUN  # /tmp/cap/cpu: writes cpu_capacity.csv
     python -m sarathi_lab.measure capacity_docs           # redraws from the committed tables only
@@ -15,13 +17,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from sarathi_lab import cli_args, code_commit, output_files, provenance
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.figures import save
+from sarathi_lab.analysis.paper_results import capacity as capacity_result
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness.results import current_names, simulated_source
@@ -34,7 +36,6 @@ TP_CSV, TRACE_CSV = "sim_capacity_yi34b.csv", "sim_capacity_arxiv.csv"
 SIM_TABLES = {"roofline": SIM_CSV, "calibrated": "sim_capacity_uniform_calibrated.csv"}
 # The trace's lengths, which the table does not record.
 TRACE_LENGTHS = ", arxiv_summarization lengths"
-OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
 # What refresh writes under the docs folder, checked writable before the figures are drawn.
 REFRESHED = ("figures/capacity.png", "figures/capacity_tradeoff.png", "figures/claims.csv")
 
@@ -162,33 +163,33 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     sim, tradeoff, cpu = load(docs)
     by = predicted_by(sim)
     cost = CostModel.for_device(by["device"], sim.model.iloc[0], by["cost_model"], tp=by["tp"])
-    overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
+    overhead = capacity_result.predicted_overhead(cost)
     if cpu is None:
-        measured = capacity.Evidence(provenance={"source": "measured CPU (not yet: "
+        measured = capacity_result.Evidence(provenance={"source": "measured CPU (not yet: "
                                                            "experiment=capacity)"})
     else:  # claims.PROVENANCE of the committed CPU-measured table
         first = cpu.iloc[0]
-        measured = capacity.Evidence(searches=cpu, provenance={
+        measured = capacity_result.Evidence(searches=cpu, provenance={
             "source": f"measured CPU, {first.model} (committed docs/capacity/{CPU_CSV})",
             "scale": str(first.scale), "dtype": str(first["dtype"]),
             "threads": f"{first.torch_threads:g}", "machine": str(first.device_name),
             "commit": commit_of(cpu)})
     # Each simulated claim beside the table it reads, whose commit it carries.
-    rows = capacity.capacity_claims(
-        measured, capacity.Evidence(sim, provenance=simulated_provenance(sim, SIM_CSV)),
-        capacity.Evidence(tradeoff=tradeoff,
+    rows = capacity_result.capacity_claims(
+        measured, capacity_result.Evidence(sim, provenance=simulated_provenance(sim, SIM_CSV)),
+        capacity_result.Evidence(tradeoff=tradeoff,
                           provenance=simulated_provenance(tradeoff, TRADEOFF_CSV)),
-        capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, ""),
+        capacity_result.Evidence(overhead=overhead, provenance=simulated_provenance(sim, ""),
                           overhead_model=by["cost_model"]))
     # Tables of other shapes, each its own claim where it exists.
-    for csv, claim, suffix in ((TP_CSV, capacity.TP_CLAIM, ""),
-                               (TRACE_CSV, capacity.TRACE_CLAIM, TRACE_LENGTHS)):
+    for csv, claim, suffix in ((TP_CSV, capacity_result.TP_CLAIM, ""),
+                               (TRACE_CSV, capacity_result.TRACE_CLAIM, TRACE_LENGTHS)):
         path = Path(docs) / "capacity" / csv
         if path.exists():
             searches = read_table(path)
-            evidence = capacity.Evidence(searches,
+            evidence = capacity_result.Evidence(searches,
                                          provenance=simulated_provenance(searches, csv, suffix))
-            rows = pd.concat([rows, capacity.capacity_claims(evidence, checks=(claim,))],
+            rows = pd.concat([rows, capacity_result.capacity_claims(evidence, checks=(claim,))],
                              ignore_index=True)
     return rows
 
@@ -203,11 +204,8 @@ def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.Dat
 
 def draw(docs: str | Path = DOCS) -> list[Path]:
     sim, tradeoff, cpu = load(docs)
-    fig = capacity.capacity_figure(sim, cpu, source(sim))
-    tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
-    capacity.plot_tradeoff(tradeoff, ax,
-                           f"{source(tradeoff)}, scale {tradeoff.scale.iloc[0]}: "
-                           "TTFT vs TBT over token budgets, same load")
+    fig = capacity_result.capacity_figure(sim, cpu, source(sim))
+    tradeoff_fig = capacity_result.tradeoff_figure(tradeoff, source(tradeoff))
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 
