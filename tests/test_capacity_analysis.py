@@ -1,4 +1,5 @@
-"""analysis/capacity.py: the capacity table, its claims rows, and the searches read back from disk."""
+"""analysis/capacity.py (the searches read back from disk, the capacity table) and the capacity result's
+claims rows and figure (analysis/paper_results/capacity.py)."""
 from __future__ import annotations
 
 import json
@@ -6,17 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from sarathi_lab.analysis.capacity import (
-    CHECKS,
-    Evidence,
-    capacity_claims,
-    capacity_table,
-    chunked_prefill_overhead,
-    compact,
-    load_searches,
-    write_csv,
-)
+from sarathi_lab.analysis.capacity import capacity_table, compact, load_searches, write_csv
 from sarathi_lab.analysis.claims import COLUMNS
+from sarathi_lab.analysis.paper_results.capacity import CHECKS, Evidence, capacity_claims, chunked_prefill_overhead
 from sarathi_lab.harness import REPO_ROOT
 
 
@@ -193,7 +186,7 @@ def test_a_scheduler_whose_every_rate_failed_stays_in_the_table_and_loses_the_cl
 
 def test_the_capacity_figure_names_each_panels_source_and_quotes_the_paper_at_its_strict_slo_only():
     from sarathi_lab.analysis import capacity_docs
-    from sarathi_lab.analysis.capacity import capacity_figure
+    from sarathi_lab.analysis.paper_results.capacity import capacity_figure
 
     sim, _, cpu = capacity_docs.load()  # the committed tables
     sim_ax, cpu_ax = capacity_figure(sim, cpu, capacity_docs.source(sim)).axes

@@ -509,3 +509,94 @@ def test_publish_into_a_read_only_filesystem_is_refused_in_one_line(read_only_do
     assert line.startswith(f"error: --docs={docs} is invalid: ") and "(Read-only file system); nothing was " \
         "written" in line, line
     assert _snapshot(docs) == before
+
+
+# capacity_docs writes its table, figures and claims rows at once, or none of them.
+
+def test_a_capacity_docs_failing_midway_leaves_every_file_as_it_was(tmp_path, monkeypatch):
+    from sarathi_lab.analysis import capacity_docs, figures
+    from tests.test_capacity_docs import _searches
+
+    runs, docs = _searches(tmp_path / "runs"), _docs(tmp_path)
+    before, staged_tables = _snapshot(docs), []
+    drawn, png, refresh = [], figures.png, capacity_docs.refresh
+
+    def fails_at_the_second(fig):
+        drawn.append(fig)
+        if len(drawn) == 2:  # capacity.png drawn, the trade-off next
+            raise RuntimeError("the figure could not be drawn")
+        return png(fig)
+
+    def refresh_seeing_the_table(stage, shown=None):
+        staged_tables.append((stage / "capacity" / capacity_docs.CPU_CSV).read_bytes())
+        return refresh(stage, shown)
+
+    monkeypatch.setattr(figures, "png", fails_at_the_second)
+    monkeypatch.setattr(capacity_docs, "refresh", refresh_seeing_the_table)
+    with pytest.raises(RuntimeError, match="could not be drawn"):
+        capacity_docs.main([str(runs), "--docs", str(docs), "--force"])
+    # The new CPU table was written (into the staged copy) before the figure failed; none of it came out.
+    assert len(drawn) == 2 and staged_tables[0] != before["capacity/cpu_capacity.csv"]
+    assert _snapshot(docs) == before
+    monkeypatch.setattr(figures, "png", png)
+    done = _run("sarathi_lab.measure", "capacity_docs", str(runs), "--docs", str(docs), "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [str(docs / name) for name in (
+        "capacity/cpu_capacity.csv", "figures/capacity.png", "figures/capacity_tradeoff.png", "figures/claims.csv")]
+    after = _snapshot(docs)
+    assert after["capacity/cpu_capacity.csv"] == staged_tables[0]
+    assert {name for name in after if after[name] != before.get(name)} == {
+        "capacity/cpu_capacity.csv", "capacity/provenance.json", "figures/capacity.png",
+        "figures/capacity_tradeoff.png", "figures/claims.csv"}
+    assert not [name for name in after if ".writing-" in name]
+    # Again from the same searches (told: no commit recorded, so not known to be the same runs): the same bytes.
+    again = _run("sarathi_lab.measure", "capacity_docs", str(runs), "--docs", str(docs), "--force")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _snapshot(docs) == after
+
+
+@pytest.mark.parametrize("searched", [True, False])
+def test_a_read_only_docs_folder_is_refused_by_capacity_docs_before_any_figure_is_drawn(tmp_path, monkeypatch,
+                                                                                       capsys, searched):
+    from sarathi_lab.analysis import capacity_docs
+    from tests.test_capacity_docs import _searches
+
+    runs, docs = _searches(tmp_path / "runs"), _docs(tmp_path)
+    before, drawn = _snapshot(docs), []
+    monkeypatch.setattr(capacity_docs, "draw", lambda *args: drawn.append(args))
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(output_files.tempfile, "TemporaryFile", read_only)
+    with pytest.raises(SystemExit) as exit_:
+        capacity_docs.main([*([str(runs)] if searched else []), "--docs", str(docs), "--force"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and not drawn and _snapshot(docs) == before
+    where = docs / "capacity" if searched else docs
+    assert line == (f"error: --docs={docs} is invalid: {where} cannot be written (Read-only file "
+                    "system); nothing was written")
+
+
+@pytest.mark.parametrize("given", ["a_file", "a_file/docs"])
+def test_capacity_docs_into_a_file_or_under_one_is_refused_in_one_line(tmp_path, given):
+    (tmp_path / "a_file").write_text("x\n")
+    run = _run("sarathi_lab.measure", "capacity_docs", "--docs", str(tmp_path / given))
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    (line,) = run.stderr.strip().splitlines()
+    problem = "is a file, not a folder" if given == "a_file" else "is a file, and it would be written under it"
+    assert line == f"error: --docs={tmp_path / given} is invalid: {tmp_path / 'a_file'} {problem}; nothing was written"
+    assert (tmp_path / "a_file").read_text() == "x\n"
+
+
+def test_capacity_docs_into_a_read_only_filesystem_is_refused_in_one_line(read_only_docs, tmp_path):
+    from tests.test_capacity_docs import _searches
+
+    docs, runs = read_only_docs, _searches(tmp_path / "runs")
+    before = _snapshot(docs)
+    run = _run("sarathi_lab.measure", "capacity_docs", str(runs), "--docs", str(docs), "--force")
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"error: --docs={docs} is invalid: ") and "(Read-only file system); nothing was " \
+        "written" in line, line
+    assert _snapshot(docs) == before

@@ -1,8 +1,13 @@
 """The committed capacity tables (docs/capacity/*.csv) and what is drawn from them: the figures
-capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/claims.csv.
+capacity.png and capacity_tradeoff.png and the capacity rows of docs/figures/claims.csv. Which
+table feeds which claim, with what provenance, is decided here; the claims, verdicts and figures
+themselves are the capacity result's (analysis/paper_results/capacity.py).
 
     python -m sarathi_lab.measure capacity_docs MULTIRUN  # /tmp/cap/cpu: writes cpu_capacity.csv
     python -m sarathi_lab.measure capacity_docs           # redraws from the committed tables only
+
+Its files are written at once, or none of them (output_files.staged); a folder that cannot be
+written, or a CPU table of another provenance without --force, is refused before any is drawn.
 
 The simulated capacity_sim tables (one per cost model, SIM_TABLES) are written by
 ``python -m sarathi_lab.measure publish --sim ROOT`` from a root's capacity sweep.
@@ -12,13 +17,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from sarathi_lab import cli_args, code_commit, output_files, provenance
 from sarathi_lab.analysis import capacity
 from sarathi_lab.analysis import claims as claim_checks
 from sarathi_lab.analysis.figures import save
+from sarathi_lab.analysis.paper_results import capacity as capacity_result
 from sarathi_lab.config import REPO_ROOT
 from sarathi_lab.executors import recorded_as
 from sarathi_lab.harness.results import current_names, simulated_source
@@ -31,7 +36,8 @@ TP_CSV, TRACE_CSV = "sim_capacity_yi34b.csv", "sim_capacity_arxiv.csv"
 SIM_TABLES = {"roofline": SIM_CSV, "calibrated": "sim_capacity_uniform_calibrated.csv"}
 # The trace's lengths, which the table does not record.
 TRACE_LENGTHS = ", arxiv_summarization lengths"
-OVERHEAD_PROMPTS = (1024, 2048, 4096, 8192)
+# What refresh writes under the docs folder, checked writable before the figures are drawn.
+REFRESHED = ("figures/capacity.png", "figures/capacity_tradeoff.png", "figures/claims.csv")
 
 
 class TableError(ValueError):
@@ -72,24 +78,33 @@ def load(docs: str | Path = DOCS) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
             read_table(cpu) if cpu.exists() else None)
 
 
-def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
-    """docs/capacity/cpu_capacity.csv from searches; replaced only with ``force`` (no commit)."""
+def cpu_searches(multirun: str | Path) -> pd.DataFrame:
+    """The CPU-measured searches of a folder; SystemExit where it holds none."""
     searches = capacity.load_searches(multirun)
     if searches.empty or any(recorded_as(name, "simulated") for name in searches.executor):
         raise SystemExit(f"{multirun}: expected capacity searches of executor=model "
                          f"(capacity.json), found {len(searches)} search(es) with executors "
                          f"{sorted(set(searches.get('executor', [])))}")
-    path = Path(docs) / "capacity" / CPU_CSV
+    return searches
+
+
+def cpu_outputs(searches: pd.DataFrame, docs: str | Path, force: bool = False,
+                given: str = "") -> output_files.Outputs:
+    """docs/capacity/cpu_capacity.csv's planned output, its table added (not yet written)."""
     prov = provenance.Provenance("measured CPU", "+".join(sorted(set(map(str, searches.scale)))),
                                  "+".join(sorted(set(map(str, searches.device_name)))),
                                  commit=provenance.UNRECORDED,
                                  writer="python -m sarathi_lab.measure capacity_docs")
-    out = output_files.Outputs(path.parent, {path.name: prov}, given=f"--docs={docs}",
-                               force=force,
+    out = output_files.Outputs(Path(docs) / "capacity", {CPU_CSV: prov},
+                               given=given or f"--docs={docs}", force=force,
                                how="--force replaces it; --docs DIR writes into another folder")
-    out.check()
-    out.add(path.name, capacity.csv_text(capacity.compact(searches)))
-    return out.write()[0]
+    out.add(CPU_CSV, capacity.csv_text(capacity.compact(searches)))
+    return out
+
+
+def tabulate(multirun: str | Path, docs: str | Path = DOCS, force: bool = False) -> Path:
+    """docs/capacity/cpu_capacity.csv from searches; replaced only with ``force`` (no commit)."""
+    return cpu_outputs(cpu_searches(multirun), docs, force).write()[0]
 
 
 def tabulate_simulated(sweep: str | Path, docs: str | Path) -> Path | None:
@@ -148,33 +163,33 @@ def claims(docs: str | Path = DOCS) -> pd.DataFrame:
     sim, tradeoff, cpu = load(docs)
     by = predicted_by(sim)
     cost = CostModel.for_device(by["device"], sim.model.iloc[0], by["cost_model"], tp=by["tp"])
-    overhead = {n: capacity.chunked_prefill_overhead(cost, n, 512) for n in OVERHEAD_PROMPTS}
+    overhead = capacity_result.predicted_overhead(cost)
     if cpu is None:
-        measured = capacity.Evidence(provenance={"source": "measured CPU (not yet: "
+        measured = capacity_result.Evidence(provenance={"source": "measured CPU (not yet: "
                                                            "experiment=capacity)"})
     else:  # claims.PROVENANCE of the committed CPU-measured table
         first = cpu.iloc[0]
-        measured = capacity.Evidence(searches=cpu, provenance={
+        measured = capacity_result.Evidence(searches=cpu, provenance={
             "source": f"measured CPU, {first.model} (committed docs/capacity/{CPU_CSV})",
             "scale": str(first.scale), "dtype": str(first["dtype"]),
             "threads": f"{first.torch_threads:g}", "machine": str(first.device_name),
             "commit": commit_of(cpu)})
     # Each simulated claim beside the table it reads, whose commit it carries.
-    rows = capacity.capacity_claims(
-        measured, capacity.Evidence(sim, provenance=simulated_provenance(sim, SIM_CSV)),
-        capacity.Evidence(tradeoff=tradeoff,
+    rows = capacity_result.capacity_claims(
+        measured, capacity_result.Evidence(sim, provenance=simulated_provenance(sim, SIM_CSV)),
+        capacity_result.Evidence(tradeoff=tradeoff,
                           provenance=simulated_provenance(tradeoff, TRADEOFF_CSV)),
-        capacity.Evidence(overhead=overhead, provenance=simulated_provenance(sim, ""),
+        capacity_result.Evidence(overhead=overhead, provenance=simulated_provenance(sim, ""),
                           overhead_model=by["cost_model"]))
     # Tables of other shapes, each its own claim where it exists.
-    for csv, claim, suffix in ((TP_CSV, capacity.TP_CLAIM, ""),
-                               (TRACE_CSV, capacity.TRACE_CLAIM, TRACE_LENGTHS)):
+    for csv, claim, suffix in ((TP_CSV, capacity_result.TP_CLAIM, ""),
+                               (TRACE_CSV, capacity_result.TRACE_CLAIM, TRACE_LENGTHS)):
         path = Path(docs) / "capacity" / csv
         if path.exists():
             searches = read_table(path)
-            evidence = capacity.Evidence(searches,
+            evidence = capacity_result.Evidence(searches,
                                          provenance=simulated_provenance(searches, csv, suffix))
-            rows = pd.concat([rows, capacity.capacity_claims(evidence, checks=(claim,))],
+            rows = pd.concat([rows, capacity_result.capacity_claims(evidence, checks=(claim,))],
                              ignore_index=True)
     return rows
 
@@ -189,11 +204,8 @@ def with_capacity_claims(table: pd.DataFrame, docs: str | Path = DOCS) -> pd.Dat
 
 def draw(docs: str | Path = DOCS) -> list[Path]:
     sim, tradeoff, cpu = load(docs)
-    fig = capacity.capacity_figure(sim, cpu, source(sim))
-    tradeoff_fig, ax = plt.subplots(figsize=(9.5, 4.5), layout="constrained")
-    capacity.plot_tradeoff(tradeoff, ax,
-                           f"{source(tradeoff)}, scale {tradeoff.scale.iloc[0]}: "
-                           "TTFT vs TBT over token budgets, same load")
+    fig = capacity_result.capacity_figure(sim, cpu, source(sim))
+    tradeoff_fig = capacity_result.tradeoff_figure(tradeoff, source(tradeoff))
     return [save(fig, docs, "capacity"), save(tradeoff_fig, docs, "capacity_tradeoff")]
 
 
@@ -215,6 +227,28 @@ def refresh(docs: str | Path = DOCS, shown: str | Path | None = None) -> list[Pa
     return written
 
 
+def write(multirun: str | Path | None, docs: str | Path = DOCS,
+          force: bool = False) -> list[Path]:
+    """The CPU table from ``multirun`` (None: the committed one kept) and what refresh redraws,
+    all at once (a failure writes none); every refusal (TableError, OutputRefused) before the
+    figures are drawn."""
+    docs = Path(docs)
+    given = f"--docs={docs}"
+    check_tables(docs)
+    searches = None if multirun is None else cpu_searches(multirun)
+    if searches is not None:
+        cpu_outputs(searches, docs, force, given).check()
+    sidecar = [] if searches is None else [f"capacity/{provenance.SIDECAR}"]
+    output_files.check_writable(docs, [*REFRESHED, *sidecar], given)
+    # refresh reads the CPU table written before it: both into a copy, written over at once.
+    with output_files.staged(docs, given) as stage:
+        stage = stage.resolve()
+        # Whether it may replace the committed table was checked above, on the folder itself.
+        written = [] if searches is None else cpu_outputs(searches, stage, True, given).write()
+        written += refresh(stage, docs)
+    return [docs / path.relative_to(stage) for path in written]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = cli_args.Parser(prog="python -m sarathi_lab.measure capacity_docs",
                              description=__doc__,
@@ -226,9 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     cli_args.shared(parser, force="replace the CPU capacity table already there")
     args = parser.parse_args(argv)
     try:
-        check_tables(args.docs)
-        written = [tabulate(args.multirun, args.docs, args.force)] if args.multirun else []
-        written += refresh(args.docs)
-    except (provenance.ReplaceRefused, output_files.OutputRefused, TableError) as e:
+        written = write(args.multirun, args.docs, args.force)
+    except (output_files.OutputRefused, TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, written)))

@@ -14,14 +14,9 @@ TILE = GEMM_TILE
 # 11a's batches, the batch sizes Fig. 8 could run there). A larger one at these lengths: a what-if.
 LARGEST_BATCH = {1024: 18, 2048: 10, 3072: 6}
 
-# Sarathi-Serve: P99 TBT inflation of hybrid batching without a budget; capacity over vLLM
-# (Mistral-7B on one A100; Yi-34B on two); 512-token chunks' prefill overhead. Read by the capacity
-# tables (analysis/capacity.py, below the capacity result, which draws with them) and the
-# versus-vLLM comparison as well as by their results.
+# Sarathi-Serve: P99 TBT inflation of hybrid batching without a budget. Read by the capacity and
+# scheduler-latency results and the versus-vLLM comparison.
 NAIVE_HYBRID_TBT_INFLATION = 28.3
-CAPACITY_GAIN_OVER_VLLM = 2.6
-CAPACITY_TP_GAIN_OVER_VLLM = 3.7
-CHUNK512_PREFILL_OVERHEAD = 0.25
 
 # The paper's A6000 as the simulator's device file states it, read as data (no torch).
 _A6000 = yaml.safe_load((Path(__file__).parents[1] / "sim" / "devices" / "a6000.yaml").read_text())
