@@ -14,7 +14,6 @@ import torch
 from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.plan import BY_NAME, HEAD
-from sarathi_lab.measure.gpu.report import attention_figure
 from sarathi_lab.measure.gpu.steps import attention as step
 from sarathi_lab.measure.profiling import attention_peers as peers
 from sarathi_lab.measure.profiling.attention_grid import CONTENDERS, FLEX, GRIDS, SDPA, Case
@@ -177,7 +176,7 @@ def test_the_step_resumes_and_its_figure_draws(tmp_path, monkeypatch):
     monkeypatch.setattr(peers, "measure", lambda case, **kw: measured.append(case.label) or real(case, **kw))
     step.run(ctx, None)
     assert measured == labels[1:]
-    assert attention_figure(tmp_path) and (tmp_path / "figures" / "attention.png").is_file()
+    assert step.figure(tmp_path) and (tmp_path / "figures" / "attention.png").is_file()
 
 
 def _two_chunks(flex):

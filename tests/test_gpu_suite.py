@@ -574,8 +574,8 @@ def test_launch_step_names_each_iteration_against_its_floor(tmp_path, monkeypatc
                            "pool_bytes": 3 << 20, "reserved_before_bytes": 1 << 20, "reserved_after_bytes": 5 << 20}
         return llm
 
-    monkeypatch.setattr(launch, "measure", fake_measure)
-    monkeypatch.setattr(launch, "LLM", llm_with_graphs)
+    monkeypatch.setattr("sarathi_lab.measure.profiling.launch.measure", fake_measure)
+    monkeypatch.setattr("sarathi_lab.LLM", llm_with_graphs)
     ctx = Context(tmp_path, state.step_dir(tmp_path, "launch"), True, "cpu", None)
     metrics, notes = launch.run(ctx, BY_NAME["launch"])
     by_name = {m.metric: m for m in metrics}
@@ -620,7 +620,7 @@ def test_launch_times_the_hybrid_iterations_again_with_their_attention_co_schedu
         seen.append((chunk, decodes, llm.model.backend.hybrid))
         return {"eager_ms": 30.0, "engine_ms": 12.0, "graph_tokens": 0, "rel_diff": 0.0}
 
-    monkeypatch.setattr(launch, "measure", fake_measure)
+    monkeypatch.setattr("sarathi_lab.measure.profiling.launch.measure", fake_measure)
     env = {"copy_gbps": 100.0, "matmul_tflops": 10.0}
     cpu = LLM("tiny", device="cpu", dtype="float32", max_batch_size=2, max_model_len=32)
     assert launch._co_scheduled(cpu, CASES, 512, 1, env, False)[0] == [] and not seen

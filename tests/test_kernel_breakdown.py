@@ -109,8 +109,7 @@ def test_rows_sum_per_iteration_and_per_layer():
 
 def test_the_figure_draws_a_stacked_bar_per_iteration(tmp_path):
     from sarathi_lab.measure.gpu import state
-    from sarathi_lab.measure.gpu.report import kernel_breakdown_figure
-    from sarathi_lab.measure.gpu.steps.launch import KERNELS
+    from sarathi_lab.measure.gpu.steps.launch import KERNELS, figure
 
     kernels = [Kernel(n, float(i), 10.0) for i, n in enumerate(decode_iteration(40))]
     rows = breakdown_rows("b=18", kernels, 1, 40, False, 5.0, 5.6, "cuda kernels")
@@ -118,7 +117,7 @@ def test_the_figure_draws_a_stacked_bar_per_iteration(tmp_path):
     folder = state.step_dir(tmp_path, "launch")
     folder.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(folder / KERNELS, index=False)
-    assert kernel_breakdown_figure(tmp_path) and (tmp_path / "figures" / "kernel_breakdown.png").is_file()
+    assert figure(tmp_path) and (tmp_path / "figures" / "kernel_breakdown.png").is_file()
 
 
 def test_the_launch_steps_dry_run_writes_the_breakdown(tmp_path, monkeypatch):
@@ -129,7 +128,7 @@ def test_the_launch_steps_dry_run_writes_the_breakdown(tmp_path, monkeypatch):
 
     model, dtype, context, reps, _ = launch.SHAPES["cpu"]
     monkeypatch.setitem(launch.SHAPES, "cpu", (model, dtype, context, reps, ((0, 18), (256, 17))))
-    monkeypatch.setattr(launch, "measure", lambda llm, chunk, decodes, context, reps: {
+    monkeypatch.setattr("sarathi_lab.measure.profiling.launch.measure", lambda llm, chunk, decodes, context, reps: {
         "eager_ms": 2.0, "engine_ms": 1.0, "graph_tokens": 0, "rel_diff": 0.0})
     ctx = Context(tmp_path, state.step_dir(tmp_path, "launch"), True, "cpu", None)
     ctx.dir.mkdir(parents=True)
@@ -157,7 +156,7 @@ def test_a_profile_that_fails_leaves_the_step_standing(tmp_path, monkeypatch):
         names = decode_iteration(2) * reps   # the profile holds reps iterations
         return [Kernel(n, float(i), 10.0) for i, n in enumerate(names)], 1.0, 1.2
 
-    monkeypatch.setattr(launch, "profile_iteration", profile)
+    monkeypatch.setattr("sarathi_lab.measure.profiling.kernel_breakdown.profile_iteration", profile)
     llm = SimpleNamespace(model_config=SimpleNamespace(num_hidden_layers=2))
     metrics, note = launch._kernel_breakdown(llm, ((0, 18), (256, 17)), 1024, tmp_path, "cuda")
     assert "not profiled: c=256+b=17 (RuntimeError: CUPTI_ERROR_NOT_INITIALIZED)" in note

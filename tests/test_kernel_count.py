@@ -43,7 +43,7 @@ def test_a_lone_decode_on_132_sms_splits_and_pays_a_merge():
 def test_the_launch_step_reports_kernels_per_layer_before_and_after(tmp_path, monkeypatch):
     from sarathi_lab.measure.gpu.steps import launch
 
-    monkeypatch.setattr(launch, "measure", lambda llm, chunk, decodes, context, reps: {
+    monkeypatch.setattr("sarathi_lab.measure.profiling.launch.measure", lambda llm, chunk, decodes, context, reps: {
         "eager_ms": 2.0, "engine_ms": 1.0, "graph_tokens": 0, "rel_diff": 0.0})
     ctx = Context(tmp_path, state.step_dir(tmp_path, "launch"), True, "cpu", None)
     metrics, notes = launch.run(ctx, BY_NAME["launch"])

@@ -52,7 +52,7 @@ def test_the_overlapped_twins_are_named_and_judged_beside_the_engine_rows(monkey
         return ({"whole_ms": 30.0, "overlap_ms": 27.0, "cut": 256, "rel_diff": 0.001,
                  "tokens_equal": True}, timeline)
 
-    monkeypatch.setattr(launch_overlap, "measure_overlap", fake)
+    monkeypatch.setattr("sarathi_lab.measure.profiling.overlap.measure_overlap", fake)
     llm = LLM("tiny", device="cpu", dtype="float32", max_batch_size=2, max_model_len=32)
     env = {"copy_gbps": 100.0, "matmul_tflops": 10.0}
     metrics, note = launch_overlap.overlapped(llm, CASES, (512, 1024), 1, env, True, tmp_path)

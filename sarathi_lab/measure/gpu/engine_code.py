@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sarathi_lab.code_commit import source_commit
 from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.measure.gpu import steps
 
 # Source only: build products and caches are no change of the code, and absent from a commit.
 SOURCE_SUFFIXES = (".py", ".yaml", ".cu", ".cuh", ".cpp", ".h", ".c")
@@ -16,33 +17,20 @@ ENGINE = ("kernels/sarathi_kernels", "sarathi_lab/engine", "sarathi_lab/model",
 RUNS = ("sarathi_lab/harness", "sarathi_lab/conf", "sarathi_lab/host_load.py",
         "sarathi_lab/measure/tasks", "sarathi_lab/measure/profiling",
         "sarathi_lab/analysis/quantities.py")
+# What the attention steps measure with.
 ATTENTION = ("kernels/sarathi_kernels", "sarathi_lab/attention", "sarathi_lab/measure/profiling",
              "sarathi_lab/model/shape.py", "sarathi_lab/model/floors.py")
-# Each step group's own inputs beside its module (sarathi_lab/measure/gpu/steps/<group>.py).
-GROUP_PATHS: dict[str, tuple[str, ...]] = {
-    "env": ("sarathi_lab/measure/profiling/ceilings.py",),
-    "kernels": ("kernels", "sarathi_lab/measure/profiling/kernel_check.py",
-                "sarathi_lab/measure/profiling/kernel_record.py"),
-    "attention": ATTENTION,
-    "hybrid": ATTENTION,
-    "tune": ("kernels/sarathi_kernels", "sarathi_lab/measure/profiling"),
-    "engine": ENGINE,
-    "overhead": (*ENGINE, "sarathi_lab/measure/profiling"),
-    "launch": (*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/analysis/launch_grid.py"),
-    "profile": (*ENGINE, *RUNS),
-    "paper": (*ENGINE, *RUNS),
-}
 
 
 def paths_of(name: str) -> tuple[str, ...]:
-    """What step ``name`` depends on; an unlisted group: the engine (due too often, not seldom)."""
+    """What step ``name`` depends on (its module's STEP); no module: the engine (due too often,
+    not seldom)."""
     group = name.split(".")[0]
-    own = [f"sarathi_lab/measure/gpu/steps/{group}.py"]
-    # the result's GpuRun; its overlays are in sarathi_lab/conf
-    if group == "paper":
-        result = name.split(".")[1]
-        own += [f"sarathi_lab/analysis/paper_results/{result}.py"]
-    return tuple(sorted({*GROUP_PATHS.get(group, ENGINE), *own}))
+    own = (f"sarathi_lab/measure/gpu/steps/{group}.py",)
+    declared = steps.declared().get(group)
+    if declared is None:
+        return tuple(sorted({*ENGINE, *own}))
+    return tuple(sorted({*declared.paths, *declared.step_paths(name), *own}))
 
 
 def _wanted(path: str) -> bool:

@@ -7,10 +7,8 @@ from typing import TYPE_CHECKING
 from sarathi_lab.analysis import registry
 from sarathi_lab.analysis.paper_result import GpuPart
 from sarathi_lab.harness import scales
-from sarathi_lab.measure.gpu import budget
+from sarathi_lab.measure.gpu import budget, steps
 from sarathi_lab.measure.gpu.packing import pack
-from sarathi_lab.measure.profiling.attention_grid import GRIDS
-from sarathi_lab.measure.profiling.hybrid_grid import GRIDS as HYBRID_GRIDS
 
 if TYPE_CHECKING:
     from sarathi_lab.measure.gpu.parts import Estimate
@@ -35,53 +33,12 @@ PROFILE_SEQ_LEN = {"llama-13b": 3072, "llama2-7b": 4096, "mistral-7b": 4096}
 
 # Each profile's place among the paper results and minutes: 13B right after the targets.
 PROFILES = {"llama-13b": (35, 0.9), "llama2-7b": (90, 0.9), "mistral-7b": (91, 0.9)}
-# Headline first; kernel correctness last (its own call).
-HEAD: tuple[Step, ...] = (
-    Step("env", 0.3,
-         "device, driver, versions; copy bandwidth (1 GiB device copy), read bandwidth (a sum over "
-         "1 GiB) and bf16 matmul rate (8192^3 torch.mm), fastest of 20 "
-         "(measure/profiling/ceilings.py)"),
-    Step("launch", 1.9,
-         "LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
-         "prompt's last) alone and beside 17 decodes, and the tile-aligned chunks beside 17 (111, "
-         "239, 495): eager and as the engine runs it (its CUDA graphs), each over its physical "
-         "floor (engine_over_floor targets 1.25x from 256 tokens, 1.5x below) and its sequential "
-         "floor (engine_over_sequential_floor <= 1.15x from 256 tokens); graph memory, capture "
-         "time; then c=256/512/239/495 + 17 again with their attention co-scheduled (,pod: eager "
-         "and from graphs of that launch, recaptured); c=512/495 + 17 whole and as two "
-         "nano-batches on two streams (,whole / ,overlap: graphs of the batch; timeline.csv per "
-         "stream); per iteration kind at 1024, its kernels under torch.profiler grouped "
-         "(kernels.csv, measure/profiling/kernel_breakdown.py) (estimate: 34 batches x 42 forwards "
-         "of <= 60 ms, two captures and 8 of a batch, 21 profiles)"),
-    Step("attention", round(GRIDS["cuda"].estimate_s() / 60, 1),
-         "the engine's paged attention vs SDPA's flash and cuDNN (capability 9.0+) kernels and "
-         "compiled FlexAttention on the same q/k/v, interleaved, and vs its floor: LLaMA-13B "
-         "(40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills 512-4096, chunks 64-512 at "
-         "prefix 0/1K/3K, decode batches 1/18/64 at 512-4K (measure/profiling/attention_peers.py; "
-         f"estimate: {GRIDS['cuda'].flex_compiles} FlexAttention compiles)"),
-    Step("hybrid", round(HYBRID_GRIDS["cuda"].estimate_s() / 60, 1),
-         "hybrid batches (a chunk of 256/512 beside 16/32 decodes at 1K/3K; LLaMA-13B and "
-         "Mistral-7B heads, bf16): prefill and decode attention co-scheduled on each SM in one "
-         "launch vs the engine's sequential kernels (one launch; chunk then decodes), "
-         "SDPA/FlexAttention and the floors "
-         "(measure/profiling/hybrid_attention.py; target 0.8x the sequential)"),
-    Step("tune", 1.6,
-         "paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and "
-         "a 2K prefill; decode: b=18 at 1K, b=64 at 4K; 40/40 and 32/8 heads), split counts around "
-         "the planner's; LLaMA-13B and Mistral-7B qkv/o_proj/gate_up/down at 128-1024 tokens, "
-         "cuBLAS vs Triton split-K; writes the device's tuned table (measure/profiling/"
-         "attention_sweep.py, gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)"),
-    Step("engine", 0.9, "greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
-         "schedulers x attention triton and torch; bf16 first tokens; overlap=nano_batch's tokens "
-         "vs none's, its cut batches replayed from the engine's cut graphs"),
-    Step("overhead", 0.2, "LLaMA-13B bf16, sarathi chunk 256, 18 requests of 1024 + 128 tokens: "
-         "each decode-only and hybrid iteration's time outside "
-         "the forward pass (target < 5%), and its stalls"),
-    Step("kernels", 3.0,
-         "measure/profiling/kernel_check.py: Triton paged attention vs the torch backend in "
-         "fp32/fp16/bf16 "
-         "(kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)"),
-)
+def head_steps() -> tuple[Step, ...]:
+    """One step a module of steps/ that declares its place (its STEP), in that order."""
+    return tuple(Step(group, d.minutes, d.what) for group, d in steps.head().items())
+
+
+HEAD: tuple[Step, ...] = head_steps()
 
 
 def _parts_lines(steps: list[Step], parts: dict[str, Estimate]) -> list[str]:
@@ -129,7 +86,7 @@ def build_steps(unscaled: bool = False) -> tuple[Step, ...]:
                              f"every 128) -> profiles/<device>/{model}.csv", model))
                 for model, (order, minutes) in PROFILES.items()]
     ordered = sorted(papers + profiles, key=lambda pair: pair[0])
-    return HEAD + tuple(step for _, step in ordered)
+    return head_steps() + tuple(step for _, step in ordered)
 
 
 STEPS: tuple[Step, ...] = build_steps()

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
-import torch
-
 from sarathi_lab.config import EngineConfig
+from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.context import Context, Incomplete
+from sarathi_lab.measure.gpu.engine_code import ATTENTION
 from sarathi_lab.measure.gpu.state import Metric
-from sarathi_lab.measure.gpu.steps.env import ceilings_or_measured
+from sarathi_lab.measure.gpu.steps import Declared
+from sarathi_lab.measure.gpu.steps.env import ceilings, ceilings_or_measured
 from sarathi_lab.measure.profiling.attention_grid import (
     CONTENDERS,
     FLEX,
@@ -108,6 +109,9 @@ def summary_metrics(rows: list[dict], on_gpu: bool) -> list[Metric]:
 def measured_rows(ctx: Context, grid, rows_file: str, measure,
                   unit: str) -> tuple[list[dict], Flex, list[str]]:
     """A row per case of ``grid``, resuming from ``rows_file`` and rewriting it as each ends."""
+    import pandas as pd
+    import torch
+
     from sarathi_lab.measure.profiling.attention_peers import Flex
 
     device, dtype = torch.device(ctx.device), getattr(torch, grid.dtype)
@@ -160,3 +164,55 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                  "the peers over contiguous K/V")
     return metrics, notes + failure_notes(rows, CONTENDERS)
 
+
+
+def figure(out: Path) -> bool:
+    """Each shape's engine, peers and floor (ms, log scale), a panel per kind of shape."""
+    import pandas as pd
+
+    from sarathi_lab.measure.gpu.figure_file import pyplot, save
+    from sarathi_lab.measure.profiling.attention_grid import KINDS
+
+    path = state.step_dir(out, "attention") / ROWS
+    if not path.is_file():
+        return False
+    table = pd.read_csv(path)
+    kinds = [k for k in KINDS if (table.kind == k).any()]
+    fig, axes = pyplot().subplots(1, len(kinds), figsize=(4 + 0.28 * len(table), 4.5),
+                                  sharey=True, squeeze=False,
+                                  gridspec_kw={"width_ratios": [max(2, (table.kind == k).sum())
+                                                                for k in kinds]})
+    styles = {"engine": ("o", "tab:blue"), "sdpa_flash": ("s", "tab:orange"),
+              "sdpa_cudnn": ("D", "tab:red"), "flex": ("^", "tab:green")}
+    for ax, kind in zip(axes[0], kinds):
+        rows = table[table.kind == kind].reset_index(drop=True)
+        for name in CONTENDERS:
+            if f"{name}_ms" in rows:
+                marker, color = styles[name]
+                ax.scatter(rows.index, rows[f"{name}_ms"], marker=marker, color=color, s=22,
+                           label=name, zorder=3)
+        ax.scatter(rows.index, rows.floor_ms, marker="_", color="black", s=160, label="floor",
+                   zorder=2)
+        ax.set_xticks(rows.index, rows["shape"], rotation=90, fontsize=7)
+        ax.set(yscale="log", title=kind)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("one layer's attention (ms)")
+    device = (ceilings(out) or {}).get("device", table.device.iloc[0])
+    fig.suptitle("One layer's attention: the engine vs its peers on the same q/k/v, and the "
+                 f"floor\nmeasured: {device}, {table.dtype.iloc[0]} (sdpa_flash: "
+                 f"{table.sdpa_backend.iloc[0]})", y=1.1)
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.collections}
+    fig.legend(list(handles.values()), list(handles), fontsize=8, loc="lower center",
+               bbox_to_anchor=(0.5, 0.93), ncol=len(handles))
+    save(fig, out, "attention")
+    return True
+
+
+STEP = Declared(
+    order=30, minutes=round(GRIDS["cuda"].estimate_s() / 60, 1), paths=ATTENTION,
+    figure=figure, figure_name="attention",
+    what="the engine's paged attention vs SDPA's flash and cuDNN (capability 9.0+) kernels and "
+         "compiled FlexAttention on the same q/k/v, interleaved, and vs its floor: LLaMA-13B "
+         "(40/40) and Mistral-7B (32/8) heads x 128, bf16; prefills 512-4096, chunks 64-512 at "
+         "prefix 0/1K/3K, decode batches 1/18/64 at 512-4K (measure/profiling/attention_peers.py; "
+         f"estimate: {GRIDS['cuda'].flex_compiles} FlexAttention compiles)")

@@ -1,12 +1,17 @@
 """The engine against transformers: equal greedy tokens (float32) under every scheduler, backend."""
 from __future__ import annotations
 
-import torch
-
-from sarathi_lab import LLM
 from sarathi_lab.engine.scheduler import scheduler_names
 from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.engine_code import ENGINE
 from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.steps import Declared
+
+STEP = Declared(
+    order=60, minutes=0.9, paths=ENGINE,
+    what="greedy tokens vs transformers on CUDA, fp32, Llama/Mistral/Qwen2 x 5 "
+         "schedulers x attention triton and torch; bf16 first tokens; overlap=nano_batch's tokens "
+         "vs none's, its cut batches replayed from the engine's cut graphs")
 
 ARCHITECTURES = ("llama", "mistral", "qwen2")
 PROMPT_LENS = (37, 5, 16, 61, 1)
@@ -26,7 +31,10 @@ def first_difference(got: list[list[int]], want: list[list[int]]) -> str:
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    import torch
     from tests.hf_models import hf_greedy, save_random_model
+
+    from sarathi_lab import LLM
 
     backends = ("triton", "torch") if ctx.device == "cuda" else ("torch",)
     # The dry run checks this step's code: one architecture, no Triton (minutes interpreted).
@@ -70,6 +78,10 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 def overlap_checks(ctx: Context, directory, vocab: int) -> tuple[list[Metric], list[str]]:
     """overlap=nano_batch against none: equal greedy tokens; cut batches replayed from graphs."""
+    import torch
+
+    from sarathi_lab import LLM
+
     gen = torch.Generator().manual_seed(2)
     prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in OVERLAP_PROMPT_LENS]
     backend = "triton" if ctx.device == "cuda" else "torch"

@@ -5,17 +5,16 @@ import os
 import platform
 import subprocess
 
-import torch
-from sarathi_kernels import plan_native
-
 from sarathi_lab.harness.results import read_json, write_json
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric, step_dir
-from sarathi_lab.measure.profiling.ceilings import (
-    copy_bandwidth_gbps,
-    matmul_gflops,
-    read_bandwidth_gbps,
-)
+from sarathi_lab.measure.gpu.steps import Declared
+
+STEP = Declared(
+    order=10, minutes=0.3, paths=("sarathi_lab/measure/profiling/ceilings.py",),
+    what="device, driver, versions; copy bandwidth (1 GiB device copy), read bandwidth (a sum over "
+         "1 GiB) and bf16 matmul rate (8192^3 torch.mm), fastest of 20 "
+         "(measure/profiling/ceilings.py)")
 
 # GPU: a buffer far past L2 and the paper's matmul; dry run: seconds on two cores.
 COPY_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
@@ -30,6 +29,9 @@ def _version(module: str) -> str:
 
 
 def describe(device: str) -> dict:
+    import torch
+    from sarathi_kernels import plan_native
+
     record = {"python": platform.python_version(), "torch": torch.__version__,
               "triton": _version("triton"),
               "transformers": _version("transformers"), "hydra": _version("hydra"),
@@ -56,6 +58,14 @@ def describe(device: str) -> dict:
 
 
 def measure_ceilings(device: str) -> dict:
+    import torch
+
+    from sarathi_lab.measure.profiling.ceilings import (
+        copy_bandwidth_gbps,
+        matmul_gflops,
+        read_bandwidth_gbps,
+    )
+
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     return {"copy_gbps": copy_bandwidth_gbps(device, COPY_BYTES[device], reps=20),
             "read_gbps": read_bandwidth_gbps(device, COPY_BYTES[device], reps=20),

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.engine_code import ATTENTION
 from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.steps import Declared
 from sarathi_lab.measure.gpu.steps.attention import _value, agreement, failure_notes, measured_rows
 from sarathi_lab.measure.profiling.hybrid_grid import (
     CONTENDERS,
@@ -14,6 +16,13 @@ from sarathi_lab.measure.profiling.hybrid_grid import (
 )
 
 ROWS = "hybrid_attention.csv"
+STEP = Declared(
+    order=40, minutes=round(GRIDS["cuda"].estimate_s() / 60, 1), paths=ATTENTION,
+    what="hybrid batches (a chunk of 256/512 beside 16/32 decodes at 1K/3K; LLaMA-13B and "
+         "Mistral-7B heads, bf16): prefill and decode attention co-scheduled on each SM in one "
+         "launch vs the engine's sequential kernels (one launch; chunk then decodes), "
+         "SDPA/FlexAttention and the floors "
+         "(measure/profiling/hybrid_attention.py; target 0.8x the sequential)")
 
 
 def shape_metrics(row: dict, on_gpu: bool) -> list[Metric]:

@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 from sarathi_lab.config import REPO_ROOT
+from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.context import Context, Incomplete, Unavailable
 from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.steps import Declared
 from sarathi_lab.measure.gpu.steps.env import ceilings
 from sarathi_lab.measure.profiling.kernel_record import KernelCheck
 
@@ -83,3 +86,40 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
     notes = [] if record else [("copy ceiling from the kernel check's "
                                 "own measure (the env step has not run)")]
     return metrics, notes
+
+
+def figure(out: Path) -> bool:
+    """Decode attention's KV bandwidth against the env step's copy ceiling."""
+    from sarathi_lab.analysis.gpu_records import is_number
+    from sarathi_lab.measure.gpu.figure_file import pyplot, save
+
+    result, env = state.read_result(out, "kernels"), ceilings(out)
+    metrics = result.metrics if result else []
+    # Read back through gpu_records: a rate that is not a number is no bar.
+    rates = {m.metric.split("[")[1].rstrip("]").replace("_", " "): m.value for m in metrics
+             if m.metric.startswith("decode_kv_gbps[") and is_number(m.value)}
+    case = next((m.value for m in metrics if m.metric == "decode_timed_case"),
+                "Triton paged attention")
+    copy = (env or {}).get("copy_gbps")
+    if not rates or not is_number(copy):
+        return False
+    fig, ax = pyplot().subplots(figsize=(6, 3.5))
+    ax.barh(list(rates), list(rates.values()), color="tab:blue", label="paged attention, decode")
+    ax.axvline(copy, color="black", ls="--", label=f"copy ceiling {copy:.0f} GB/s")
+    ax.axvline(copy / 1.5, color="grey", ls=":", label="target: 1.5x of the floor")
+    ax.set(xlabel="KV bytes read / s (GB/s)",
+           title="Decode attention bandwidth, measured GPU: "
+                 f"{env.get('device', 'unknown device')}\n{case}")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)
+    save(fig, out, "kernels")
+    return True
+
+
+# Kernel correctness last: it runs in its own process.
+STEP = Declared(
+    order=80, minutes=3.0, figure=figure, figure_name="kernels",
+    paths=("kernels", "sarathi_lab/measure/profiling/kernel_check.py",
+           "sarathi_lab/measure/profiling/kernel_record.py"),
+    what="measure/profiling/kernel_check.py: Triton paged attention vs the torch backend in "
+         "fp32/fp16/bf16 "
+         "(kernels/README tolerances), decode KV bandwidth vs the copy ceiling (target 1.5x)")

@@ -8,22 +8,13 @@ import json
 import warnings
 from pathlib import Path
 
-import pandas as pd
-
-from sarathi_lab import LLM
 from sarathi_lab.analysis.launch_grid import MORE_CONTEXTS, SHAPES, label
+from sarathi_lab.measure.gpu import state
 from sarathi_lab.measure.gpu.context import Context
+from sarathi_lab.measure.gpu.engine_code import ENGINE
 from sarathi_lab.measure.gpu.state import Metric
-from sarathi_lab.measure.gpu.steps.env import ceilings_or_measured
-from sarathi_lab.measure.profiling.kernel_breakdown import breakdown_rows, profile_iteration
-from sarathi_lab.measure.profiling.kernel_count import STAGES, profiled_layer_kernels, static_counts
-from sarathi_lab.measure.profiling.launch import measure
-from sarathi_lab.measure.profiling.overlap import (
-    OVERLAP,
-    concurrent_ms,
-    measure_overlap,
-    streams_busy_ms,
-)
+from sarathi_lab.measure.gpu.steps import Declared
+from sarathi_lab.measure.gpu.steps.env import ceilings, ceilings_or_measured
 from sarathi_lab.model.floors import floor, memory_ceiling, sequential_floor
 from sarathi_lab.model.shape import Shape
 
@@ -61,6 +52,13 @@ PHYSICAL_TARGET = 1.3
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    from sarathi_lab import LLM
+    from sarathi_lab.measure.profiling.kernel_count import (
+        STAGES,
+        profiled_layer_kernels,
+        static_counts,
+    )
+
     model, dtype, context, reps, cases = SHAPES[ctx.device]
     cuda = ctx.device == "cuda"
     # a capture that failed: the engine runs eagerly
@@ -157,6 +155,8 @@ def _co_scheduled(llm, cases, context: int, reps: int, env: dict,
 def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict, cuda: bool,
                base: int, variant: str = "") -> list[Metric]:
     """One iteration's times, floors and ratios; ``variant`` (``pod``) named after the shape."""
+    from sarathi_lab.measure.profiling.launch import measure
+
     row = measure(llm, chunk, decodes, context, reps)
     key = label(chunk, decodes, None if context == base else context)
     key += f",{variant}" if variant else ""
@@ -183,6 +183,10 @@ def _iteration(llm, chunk: int, decodes: int, context: int, reps: int, env: dict
 
 def _kernel_breakdown(llm, cases, context: int, out: Path, device: str) -> tuple[list[Metric], str]:
     """Per iteration kind, its kernels grouped and summed over the forward's GPU time."""
+    import pandas as pd
+
+    from sarathi_lab.measure.profiling.kernel_breakdown import breakdown_rows, profile_iteration
+
     cuda, reps = device == "cuda", BREAKDOWN_REPS[device]
     source = "cuda kernels" if cuda else "cpu ops (host work: no CUDA kernels off the GPU)"
     layers, rows, metrics, failed = llm.model_config.num_hidden_layers, [], [], []
@@ -227,6 +231,10 @@ def _mib(nbytes: int | None) -> float | None:
 def overlapped(llm, cases, contexts, reps: int, env: dict, cuda: bool,
                out: Path) -> tuple[list[Metric], str]:
     """Every case of OVERLAP.min_tokens or more per context, the note; timelines to ``out``."""
+    import pandas as pd
+
+    from sarathi_lab.measure.profiling.overlap import OVERLAP, measure_overlap
+
     big = [(c, d) for c, d in cases if c and d and c + d >= OVERLAP.min_tokens]
     metrics, rows, stopped, gains = [], [], "", []
     for at in contexts:
@@ -286,6 +294,8 @@ def _overlap_metrics(llm, key: str, chunk: int, decodes: int, context: int, row:
 
 def _stream_metrics(key: str, timeline: list[dict]) -> list[Metric]:
     """Per source (graph replay, eager): the streams that ran kernels, the time two ran at once."""
+    from sarathi_lab.measure.profiling.overlap import concurrent_ms, streams_busy_ms
+
     out = []
     for source in ("graph", "eager"):
         rows = [r for r in timeline if r["source"] == source]
@@ -294,3 +304,62 @@ def _stream_metrics(key: str, timeline: list[dict]) -> list[Metric]:
             out += [Metric(f"overlap_streams[{key},{source}]", len(streams_busy_ms(rows))),
                     Metric(f"overlap_concurrent_ms[{key},{source}]", both, "ms")]
     return out
+
+
+def figure(out: Path) -> bool:
+    """Per iteration kind: kernels' ms stacked by group, the forward's idle GPU time, the host's."""
+    import pandas as pd
+
+    from sarathi_lab.measure.gpu.figure_file import pyplot, save
+    from sarathi_lab.measure.profiling.kernel_breakdown import GROUPS
+
+    path = state.step_dir(out, "launch") / KERNELS
+    table = pd.read_csv(path) if path.is_file() else pd.DataFrame()
+    if table.empty:
+        return False
+    order = list(dict.fromkeys(table.iteration))
+    wide = table.pivot_table(index="iteration", columns="group", values="total_ms",
+                             aggfunc="sum").reindex(order)
+    wide = wide[[g for g in GROUPS if g in wide]].fillna(0.0)
+    whole = table.groupby("iteration")[["iteration_gpu_ms",
+                                        "iteration_wall_ms"]].first().reindex(order)
+    sampling = wide.get("sampling", 0.0)
+    kernels_ms = wide.sum(axis=1) - sampling
+    wide["idle (in the forward)"] = (whole.iteration_gpu_ms - kernels_ms).clip(lower=0)
+    wide["host"] = (whole.iteration_wall_ms - whole.iteration_gpu_ms - sampling).clip(lower=0)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(3 + 0.6 * len(order), 5))
+    colors = plt.get_cmap("tab20").colors
+    bottom = pd.Series(0.0, index=wide.index)
+    for group in wide.columns:  # same colour in every lease
+        color = (colors[GROUPS.index(group) % 20] if group in GROUPS
+                 else "dimgrey" if group == "host" else "gainsboro")
+        ax.bar(range(len(order)), wide[group], bottom=bottom, color=color, label=group, width=0.7)
+        bottom += wide[group]
+    ax.set_xticks(range(len(order)), order, rotation=60, ha="right", fontsize=8)
+    ax.set(ylabel="ms per iteration")
+    ax.grid(axis="y", alpha=0.3)
+    measured = ", ".join(x for x in ((ceilings(out) or {}).get("device"), table.source.iloc[0])
+                         if x)
+    ax.set_title(f"Where each iteration's time goes, as the engine runs it\n({measured})",
+                 fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    save(fig, out, "kernel_breakdown")
+    return True
+
+
+STEP = Declared(
+    order=20, minutes=1.9, figure=figure, figure_name="kernel_breakdown",
+    paths=(*ENGINE, "sarathi_lab/measure/profiling", "sarathi_lab/analysis/launch_grid.py"),
+    what="LLaMA-13B bf16 at contexts 1024 and 3072: decode batches 1 and 18, chunks of 64-512 (a "
+         "prompt's last) alone and beside 17 decodes, and the tile-aligned chunks beside 17 (111, "
+         "239, 495): eager and as the engine runs it (its CUDA graphs), each over its physical "
+         "floor (engine_over_floor targets 1.25x from 256 tokens, 1.5x below) and its sequential "
+         "floor (engine_over_sequential_floor <= 1.15x from 256 tokens); graph memory, capture "
+         "time; then c=256/512/239/495 + 17 again with their attention co-scheduled (,pod: eager "
+         "and from graphs of that launch, recaptured); c=512/495 + 17 whole and as two "
+         "nano-batches on two streams (,whole / ,overlap: graphs of the batch; timeline.csv per "
+         "stream); per iteration kind at 1024, its kernels under torch.profiler grouped "
+         "(kernels.csv, measure/profiling/kernel_breakdown.py) (estimate: 34 batches x 42 forwards "
+         "of <= 60 ms, two captures and 8 of a batch, 21 profiles)")

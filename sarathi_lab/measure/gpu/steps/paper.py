@@ -4,15 +4,29 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sarathi_lab.engine.block_manager import blocks_for
 from sarathi_lab.harness import scales
 from sarathi_lab.harness.results import SWEEP_SUMMARY, read_json
 from sarathi_lab.measure.gpu import engine_code, parts, state
 from sarathi_lab.measure.gpu.context import Context, Incomplete
-from sarathi_lab.measure.gpu.plan import Step
+from sarathi_lab.measure.gpu.engine_code import ENGINE, RUNS
 from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.steps import Declared
 from sarathi_lab.measure.gpu.sweep_here import run_sweep
+
+if TYPE_CHECKING:  # the planner reads this module's STEP as it makes the steps
+    from sarathi_lab.measure.gpu.plan import Step
+
+
+def result_paths(name: str) -> tuple[str, ...]:
+    """``paper.<result>[.<part>]``: the result's module (its GpuRun; its overlays are in conf)."""
+    return (f"sarathi_lab/analysis/paper_results/{name.split('.')[1]}.py",)
+
+
+# One step per registered result's sweep (or part of one), made by the planner (plan.build_steps).
+STEP = Declared(paths=(*ENGINE, *RUNS), step_paths=result_paths)
 
 # A sweep is stopped this long before the call's deadline, its job recording itself interrupted.
 GRACE_S = 10

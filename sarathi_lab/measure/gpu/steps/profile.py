@@ -5,11 +5,17 @@ import os
 
 from sarathi_lab.engine.tiles import GEMM_TILE
 from sarathi_lab.measure.gpu.context import Context
-from sarathi_lab.measure.gpu.plan import PROFILE_SEQ_LEN
+from sarathi_lab.measure.gpu.engine_code import ENGINE, RUNS
 from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.steps import Declared
+
+# One step per model (plan.PROFILES), made by the planner.
+STEP = Declared(paths=(*ENGINE, *RUNS))
 
 
 def overrides(model: str, dry_run: bool) -> list[str]:
+    from sarathi_lab.measure.gpu.plan import PROFILE_SEQ_LEN  # the planner imports this module
+
     shape = (["model.name=tiny", "device=cpu", "dtype=float32", "chunk=32", "batch_size=2",
               "seq_len=64", "measure.tile=32", "measure.reps=1"] if dry_run else
              [f"model.name={model}", "device=cuda", "dtype=bfloat16", "chunk=512", "batch_size=18",

@@ -4,36 +4,49 @@ from __future__ import annotations
 import csv
 import json
 
-import pandas as pd
-import torch
-
-from sarathi_lab.attention.co_schedule import entries_from_rows
 from sarathi_lab.config import EngineConfig
 from sarathi_lab.harness.environment import device_name
 from sarathi_lab.measure.gpu.context import Context
 from sarathi_lab.measure.gpu.state import Metric
+from sarathi_lab.measure.gpu.steps import Declared
 from sarathi_lab.measure.gpu.steps.launch import ENTRY
-from sarathi_lab.measure.profiling.attention_sweep import (
-    fit_split_rule,
-    rule_label,
-    shapes,
-    sweep_kind,
-    tiles_label,
-)
-from sarathi_lab.measure.profiling.gemm_sweep import TOKENS, label, projections, sweep
 from sarathi_lab.model.presets import PRESETS
 from sarathi_lab.model.shape import Shape
-from sarathi_lab.tuned_kernels import TunedTable, file_name, overlap_entry
 
-# GPU: benchmark shapes, bf16, 10 rounds; dry run: tiny model, a round, two configs.
-SETTINGS = {"cuda": (("llama-13b", "mistral-7b"), TOKENS, "bfloat16", 10, 2, None),
-            "cpu": (("tiny",), (16,), "float32", 1, 0, 2)}
+STEP = Declared(
+    order=50, minutes=1.6, paths=("kernels/sarathi_kernels", "sarathi_lab/measure/profiling"),
+    what="paged attention tile configs per work kind (prefill: chunks 256/512 at prefix 1K/3K and "
+         "a 2K prefill; decode: b=18 at 1K, b=64 at 4K; 40/40 and 32/8 heads), split counts around "
+         "the planner's; LLaMA-13B and Mistral-7B qkv/o_proj/gate_up/down at 128-1024 tokens, "
+         "cuBLAS vs Triton split-K; writes the device's tuned table (measure/profiling/"
+         "attention_sweep.py, gemm_sweep.py; estimate: ~70 compiles of ~1.5 s)")
 # Not started with less than this left of the call.
 GUARD_S = 20
 
 
+def settings(device: str) -> tuple:
+    """GPU: benchmark shapes, bf16, 10 rounds; dry run: tiny model, a round, two configs."""
+    from sarathi_lab.measure.profiling.gemm_sweep import TOKENS
+
+    return {"cuda": (("llama-13b", "mistral-7b"), TOKENS, "bfloat16", 10, 2, None),
+            "cpu": (("tiny",), (16,), "float32", 1, 0, 2)}[device]
+
+
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
-    models, tokens, dtype_name, reps, warmup, limit = SETTINGS[ctx.device]
+    import pandas as pd
+    import torch
+
+    from sarathi_lab.measure.profiling.attention_sweep import (
+        fit_split_rule,
+        rule_label,
+        shapes,
+        sweep_kind,
+        tiles_label,
+    )
+    from sarathi_lab.measure.profiling.gemm_sweep import label, projections, sweep
+    from sarathi_lab.tuned_kernels import TunedTable, file_name
+
+    models, tokens, dtype_name, reps, warmup, limit = settings(ctx.device)
     device, dtype = torch.device(ctx.device), getattr(torch, dtype_name)
     num_sms = (torch.cuda.get_device_properties(device).multi_processor_count
                if ctx.device == "cuda" else None)
@@ -96,6 +109,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
 
 def _co_schedule(ctx: Context) -> list[dict]:
     """The hybrid step's shapes timed co-scheduled and sequential, where it ran (co_schedule.py)."""
+    from sarathi_lab.attention.co_schedule import entries_from_rows
+
     rows = ctx.out / "steps" / "hybrid" / "hybrid_attention.csv"
     if not rows.is_file():
         return []
@@ -105,5 +120,7 @@ def _co_schedule(ctx: Context) -> list[dict]:
 
 def _overlap(ctx: Context) -> dict:
     """The launch step's overlapped twins' entry, where it ran (launch.table_entry)."""
+    from sarathi_lab.tuned_kernels import overlap_entry
+
     path = ctx.out / "steps" / "launch" / ENTRY
     return overlap_entry(str(path), json.loads(path.read_text())) if path.is_file() else {}
