@@ -18,6 +18,18 @@ if os.environ.get("SARATHI_ISA_AS"):
     isa.apply()
 
 
+# The files that run for minutes (each a whole command at the papers' scale or every CI experiment),
+# longest first: xdist hands files to its workers in collection order, so these start at once on
+# different workers while the short files fill in around them, and no worker ends alone with one.
+LONGEST_FIRST = ("test_published_claims.py", "test_notebooks.py", "test_sim_fig12.py",
+                 "test_cuda_graphs.py", "test_sweep.py", "test_cli.py", "test_gpu_suite.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as collected
+
+
 @pytest.fixture(scope="session", autouse=True)
 def cpu_ceilings(tmp_path_factory):
     """Synthetic CPU ceilings for every sim_device=cpu run (and the processes tests start): a unit

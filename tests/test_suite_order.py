@@ -1,0 +1,15 @@
+"""The suite's file order: the files conftest.py sends out first exist, so a rename cannot quietly
+leave a long file to the end of a worker's queue."""
+from pathlib import Path
+
+from conftest import LONGEST_FIRST
+
+
+def test_every_file_sent_first_is_a_test_file():
+    here = Path(__file__).parent
+    assert [name for name in LONGEST_FIRST if not (here / name).is_file()] == []
+
+
+def test_the_suite_runs_files_in_collection_order():
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert "--no-loadscope-reorder" in pyproject
