@@ -100,6 +100,8 @@ def test_combine_over_points():
     assert combine(["yes", "yes"]) == "yes" and combine(["larger", "larger"]) == "larger"
     assert combine(["yes", "larger"]) == "partly" and combine(["larger", "smaller"]) == "no"
     assert combine(["n/a", "unresolved"]) == "unclear" and combine([]) == "n/a"
+    # A length judged partly over its batch sizes holds yes at some of them: the claim is partly.
+    assert combine(["partly", "smaller"]) == "partly" and combine(["partly", "no"]) == "partly"
     point = over([judge(5.0, (2.8, 10.0)), judge(25.0, (2.8, 10.0)), judge(3.0, 2.0, (0.9, 1.2))])
     assert point.word == "partly" and point.why == "1 to 2.67x; 1 of 3 unresolved"
 

@@ -121,7 +121,9 @@ def combine(words: Iterable[str]) -> str:
         return "unclear" if "unresolved" in words else "n/a"
     if len(set(judged)) == 1:
         return judged[0]
-    return "partly" if "yes" in judged else "unclear" if "unclear" in judged else "no"
+    # A point that is itself "partly" (a length over its batch sizes) holds yes at some of its own.
+    return ("partly" if {"yes", "partly"} & set(judged) else "unclear" if "unclear" in judged
+            else "no")
 
 
 def over(points: Iterable[Judged]) -> Judged:
