@@ -414,6 +414,16 @@ def test_orca_figure_draws_a_sweep_whose_baseline_run_failed_at_one_length():
     assert ours.get_title() == "measured CPU, ci scale" and len(ours.patches) > 0
 
 
+def test_orca_figure_s_paper_panel_shows_the_paper_s_sarathi_where_ours_ran_only_tile_aligned():
+    align = derive.CHUNK_ALIGN
+    runs = [dict(scheduler=s, total_throughput_tok_s=t, run_dir=f"{s}{g}{a}", **KEYS,
+                 **{"workload.stagger": g, align: a})
+            for s, g, a, t in (("static", 0, "tile", 100.0), ("orca", 4, "tile", 110.0), ("sarathi", 0, "tile", 120.0))]
+    fig = DRAW["orca_compare"](_Measured({("orca_compare", "summary"): _on_cpu(pd.DataFrame(runs))}))
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert fig.axes[1].get_title() == "paper (13B/A6000)" and labels == ["baseline", "Orca best", "SARATHI"]
+
+
 def test_a_load_or_length_with_a_failed_run_is_left_out_of_the_verdict():
     # vllm's run at 1.5 req/s failed: that load says nothing, and at 0.5 req/s sarathi_serve is lowest.
     summary = _latency({0.5: {"sarathi_serve": 0.05, "vllm": 0.4, "orca": 0.3},

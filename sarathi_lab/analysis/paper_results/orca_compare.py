@@ -145,7 +145,6 @@ def figure(results, simulated=None):
     colors = dict(zip(ORDER, figures.sns.color_palette("deep", len(ORDER))))
     panels = [(_bars(runs), source)
               for runs, source in figures.sources_of(results, simulated, "orca_compare")]
-    ours = panels[0][0]
     theirs = pd.DataFrame([{"point": _point(s, paper.LARGEST_BATCH[s], False), "variant": v,
                             "gain": g}
                            for v, by_len in ORCA_FIG11A.items() for s, g in by_len.items()]
@@ -155,7 +154,6 @@ def figure(results, simulated=None):
     fig, axes = figures.subplots(1, len(panels) + 1, figsize=(2.7 * sum(widths) + 6, 4.5),
                                  sharey=True, width_ratios=[*widths, 2])
     paper_ax = axes[-1]
-    order = [v for v in ORDER if v in set(ours.variant)]
     for ax, (bars, title) in zip(axes, panels):
         figures.sns.barplot(bars, x="point", y="gain", hue="variant", palette=colors, ax=ax,
                             errorbar=figures.SPREAD,
@@ -164,7 +162,7 @@ def figure(results, simulated=None):
                ylabel="throughput over baseline (x)")
     figures.sns.barplot(theirs, x="point", y="gain", hue="variant", palette=colors, ax=paper_ax,
                         errorbar=None,
-                        hue_order=[v for v in order if v in set(theirs.variant)], alpha=0.6)
+                        hue_order=[v for v in ORDER if v in set(theirs.variant)], alpha=0.6)
     paper_ax.set(title="paper (13B/A6000)", xlabel="sequence length (tokens), batch")
     for a in axes:
         a.axhline(1, color="black", lw=1)
