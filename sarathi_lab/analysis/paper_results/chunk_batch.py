@@ -32,12 +32,18 @@ def chunk_gains(summary: pd.DataFrame) -> pd.DataFrame:
     return derive.with_effective_chunk(gains.dropna(subset=["gain"]), summary)
 
 
-def points(results) -> pd.DataFrame:
-    """One gain per run point (its repeats' mean), the paper's setups only (what-ifs left out)."""
+POINT = ["seq_len", "batch_size", "chunk", "chunk_align", "effective_chunk"]
+
+
+def run_gains(results) -> pd.DataFrame:
+    """Each run's gain, the paper's setups only (what-ifs left out)."""
     gains = chunk_gains(results.summary("chunk_batch"))
-    gains = gains[~derive.beyond_paper_device(gains)]
-    return gains.groupby(["seq_len", "batch_size", "chunk", "chunk_align", "effective_chunk"],
-                         as_index=False).gain.mean()
+    return gains[~derive.beyond_paper_device(gains)]
+
+
+def points(results) -> pd.DataFrame:
+    """One gain per run point (its repeats' mean)."""
+    return run_gains(results).groupby(POINT, as_index=False).gain.mean()
 
 
 def judged(points_: pd.DataFrame) -> pd.DataFrame:
@@ -129,16 +135,18 @@ def figure(results, simulated=None):
     panels = []
     for (runs, title), colors in zip(figures.sources_of(results, simulated, "chunk_batch"),
                                      palettes):
-        every = points(runs)
+        every, each_run = points(runs), run_gains(runs)
         swept = every.chunk_align.eq("tile").any()
         parts = ([("tile", judged(every)), ("none", every[every.chunk_align == "none"])] if swept
                  else [(None, every)])
-        panels += [(f"{title}\n{_PANELS[a]}" if a else title, colors, part) for a, part in parts]
+        # Each bar over its runs, so that repeats draw their range.
+        panels += [(f"{title}\n{_PANELS[a]}" if a else title, colors,
+                    each_run.merge(part[POINT], on=POINT)) for a, part in parts]
     fig, axes = figures.subplots(1, len(panels), figsize=(7 * len(panels), 4.4), squeeze=False)
     (small, low), (mid, high) = CHUNK_BATCH_GAIN.items()
     for ax, (title, colors, part) in zip(axes[0], panels):
         figures.sns.barplot(part, x="chunk", y="gain", hue="seq_len", ax=ax,
-                            palette=colors(part.seq_len.nunique()), errorbar=None)
+                            palette=colors(part.seq_len.nunique()), errorbar=figures.SPREAD)
         ax.axhline(low, color="black", lw=1, label=f"baseline; paper: chunk {small} about {low:g}x")
         ax.axhline(high, color="black", lw=1, ls=":", label=f"paper: chunk {mid} up to {high:g}x")
         title = "\n".join(textwrap.fill(line, 60) for line in title.split("\n"))
