@@ -213,7 +213,37 @@ def cli() -> None:
         _on_signals(signal.SIG_IGN)
     except KeyboardInterrupt:  # raised by code of its own, not by our handlers
         print(_INTERRUPTED.format("SIGINT"), file=sys.stderr)
-        raise SystemExit(128 + signal.SIGINT) from None
+        _leave(128 + signal.SIGINT)
+    except SystemExit as e:
+        _leave(e.code)
+    _leave(0)
+
+
+def _owns_the_process() -> bool:
+    """Started as ``python -m sarathi_lab.run``, not run inside another program's process (the GPU
+    suite's worker runs sweeps so, and goes on after them)."""
+    argv = sys.orig_argv
+    return "-m" in argv and argv[argv.index("-m") + 1:argv.index("-m") + 2] == [__spec__.name]
+
+
+def _leave(code) -> None:
+    """SystemExit(code), or, where this process joined ranks, its exit handlers (the ranks' STOP,
+    W&B, logging) and then os._exit: past them nothing of ours is left, and the interpreter's
+    teardown could abort on gloo's threads (model/parallel/driver.py)."""
+    driver = sys.modules.get("sarathi_lab.model.parallel.driver")
+    if not getattr(driver, "joined", False) or not _owns_the_process():
+        raise SystemExit(code)
+    if not isinstance(code, int):
+        # SystemExit's own rule: None is success, anything else is printed and fails.
+        if code is not None:
+            print(code, file=sys.stderr)
+        code = 0 if code is None else 1
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

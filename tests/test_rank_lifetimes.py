@@ -229,3 +229,15 @@ def test_a_signal_mid_run_ends_a_parallel_run_at_once_with_partial_records(signu
     assert not outlived, "ranks outlived the run"
     kept = {p.name for p in run.glob("*.partial.*")}
     assert kept >= {"metrics.partial.json", "iterations.partial.parquet"}, kept
+
+
+def test_only_the_run_s_own_process_ends_past_the_interpreter_s_teardown(monkeypatch):
+    # A process that joined ranks ends by os._exit once its exit handlers ran; one that hosts the
+    # run (the GPU suite's worker, this test process) goes on after it.
+    from sarathi_lab import run
+
+    assert not run._owns_the_process()
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "sarathi_lab.run", "experiment=smoke"])
+    assert run._owns_the_process()
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "sarathi_lab.measure", "gpu"])
+    assert not run._owns_the_process()

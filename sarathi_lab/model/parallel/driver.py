@@ -31,10 +31,15 @@ from sarathi_lab.model.sampler import Samples
 
 # The ranks of this process's engines (None: none yet, or given up after a failure).
 _ranks: RankGroup | None = None
+# Whether this process ever joined ranks: gloo's worker threads can still hold a step's work when
+# the interpreter tears down, and destroying it then aborts the process (SIGABRT, "terminate called
+# without an active exception") after every record was written; such a process ends by os._exit once
+# its exit handlers have run (sarathi_lab.run).
+joined = False
 
 
 def ranks(size: int) -> RankGroup:
-    global _ranks
+    global _ranks, joined
     if _ranks is not None and _ranks.size == size and not _ranks.dead_ranks():
         return _ranks
     close()
@@ -51,6 +56,7 @@ def ranks(size: int) -> RankGroup:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         port = free_port()
         _ranks = spawn.join_spawned(spawn.start(size, port), size, port)
+    joined = True
     return _ranks
 
 
