@@ -51,13 +51,32 @@ COLUMNS = ["iteration", "source", "stream", "name", "start_us", "dur_us"]
 PHYSICAL_TARGET = 1.3
 
 
-def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
-    from sarathi_lab import LLM
+def _kernel_counts(llm, cases, context: int, cuda: bool) -> tuple[list[Metric], list[str]]:
+    """Kernels a layer launches per counted shape: as the engine plans them, and as the profiler
+    sees them on a GPU."""
     from sarathi_lab.measure.profiling.kernel_count import (
         STAGES,
         profiled_layer_kernels,
         static_counts,
     )
+
+    metrics, counts = [], []
+    for chunk, decodes in [(c, d) for c, d in COUNTED if (c, d) in cases]:
+        key = label(chunk, decodes)
+        static = static_counts(llm, chunk, decodes, context, llm.device)
+        metrics += [Metric(f"kernels_per_layer_{name}[{key}]", len(static[name]))
+                    for name in STAGES]
+        counts.append(f"kernels a layer [{key}], static: "
+                      + "; ".join(f"{n} {' '.join(static[n])}" for n in STAGES))
+        if cuda:
+            profiled = profiled_layer_kernels(llm, chunk, decodes, context)
+            metrics += [Metric(f"kernels_per_layer_profiled_{name}[{key}]", profiled[name])
+                        for name in STAGES]
+    return metrics, counts
+
+
+def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
+    from sarathi_lab import LLM
 
     model, dtype, context, reps, cases = SHAPES[ctx.device]
     cuda = ctx.device == "cuda"
@@ -70,7 +89,7 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                   max_batch_size=max(d + (c > 0) for c, d in cases),
                   max_model_len=max(context, *MORE_CONTEXTS[ctx.device]), seed=0)
     env, own_ceilings = ceilings_or_measured(ctx)
-    metrics, skipped, counts = [], [], []
+    metrics, skipped = [], []
     for chunk, decodes in cases:
         metrics += _iteration(llm, chunk, decodes, context, reps, env, cuda, context)
     for at in MORE_CONTEXTS[ctx.device]:
@@ -82,18 +101,8 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
             skipped.append(f"context {at}: stopped at {label(chunk, decodes, at)} "
                            f"({type(e).__name__}: "
                            f"{str(e).splitlines()[0][:200] if str(e) else ''})")
-    counted = [(c, d) for c, d in COUNTED if (c, d) in cases]
-    for chunk, decodes in counted:
-        key = label(chunk, decodes)
-        static = static_counts(llm, chunk, decodes, context, llm.device)
-        metrics += [Metric(f"kernels_per_layer_{name}[{key}]", len(static[name]))
-                    for name in STAGES]
-        counts.append(f"kernels a layer [{key}], static: "
-                      + "; ".join(f"{n} {' '.join(static[n])}" for n in STAGES))
-        if cuda:
-            profiled = profiled_layer_kernels(llm, chunk, decodes, context)
-            metrics += [Metric(f"kernels_per_layer_profiled_{name}[{key}]", profiled[name])
-                        for name in STAGES]
+    count_metrics, counts = _kernel_counts(llm, cases, context, cuda)
+    metrics += count_metrics
     breakdown, breakdown_note = _kernel_breakdown(llm, cases, context, ctx.dir, ctx.device)
     metrics += breakdown
     graph_metrics, graphs = _graphs(llm, cuda)

@@ -33,62 +33,18 @@ def settings(device: str) -> tuple:
 
 
 def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
-    import pandas as pd
     import torch
 
-    from sarathi_lab.measure.profiling.attention_sweep import (
-        fit_split_rule,
-        rule_label,
-        shapes,
-        sweep_kind,
-        tiles_label,
-    )
-    from sarathi_lab.measure.profiling.gemm_sweep import label, projections, sweep
+    from sarathi_lab.measure.profiling.attention_sweep import shapes
     from sarathi_lab.tuned_kernels import TunedTable, file_name
 
     models, tokens, dtype_name, reps, warmup, limit = settings(ctx.device)
     device, dtype = torch.device(ctx.device), getattr(torch, dtype_name)
-    num_sms = (torch.cuda.get_device_properties(device).multi_processor_count
-               if ctx.device == "cuda" else None)
     name = device_name(device)
-    metrics, notes, attention_rows, gemm_rows = [], [], [], []
-
-    tiles = {}
-    for kind, cases in shapes(ctx.device).items():
-        best, kept, rows = sweep_kind(kind, cases, dtype=dtype, device=device,
-                                      block_size=EngineConfig.block_size, reps=reps, warmup=warmup,
-                                      limit=limit, seconds_left=ctx.seconds_left)
-        tiles[kind] = best
-        attention_rows += rows
-        metrics += [Metric(f"attention_tiles[{kind}]", tiles_label(best)),
-                    Metric(f"attention_tuned_over_default[{kind}]", round(kept, 3), "x")]
-    rule, gain = fit_split_rule(attention_rows)
-    metrics += [Metric("split_rule", rule_label(rule)),
-                Metric("split_rule_fitted_over_default", round(gain, 3), "x")]
-    pd.DataFrame(attention_rows).to_csv(ctx.dir / "tune_attention.csv", index=False)
-
-    gemm: dict[str, dict[int, object]] = {}
-    skipped = 0
-    for model in models:
-        for proj in projections(Shape.of(PRESETS[model])):
-            for m in tokens:
-                left = ctx.seconds_left()
-                if left is not None and left < GUARD_S:
-                    skipped += 1
-                    continue
-                best, rows = sweep(proj, m, dtype=dtype, device=device, reps=reps, warmup=warmup,
-                                   num_sms=num_sms, limit=limit)
-                gemm.setdefault(proj.key, {})[m] = best
-                gemm_rows += [r | {"model": model} for r in rows]
-                by = {r["candidate"]: r.get("ms") for r in rows}
-                key = f"{model}.{proj.name},m={m}"
-                metrics += [Metric(f"gemm_choice[{key}]", label(best)),
-                            Metric(f"gemm_best_over_cublas[{key}]",
-                                   round(by[label(best)] / by["cublas"], 3), "x")]
-    pd.DataFrame(gemm_rows).to_csv(ctx.dir / "tune_gemm.csv", index=False)
-    if skipped:
-        notes.append(f"{skipped} GEMM shapes not swept: the call's "
-                     "time ran out (the table keeps cuBLAS there)")
+    timing = {"dtype": dtype, "device": device, "reps": reps, "warmup": warmup, "limit": limit}
+    tiles, rule, metrics = _tune_attention(ctx, timing)
+    gemm, gemm_metrics, notes = _tune_gemm(ctx, models, tokens, timing)
+    metrics += gemm_metrics
 
     table = TunedTable(name, tiles, gemm, split_rule=rule.moved_knobs(),
                        co_schedule=(co_schedule := _co_schedule(ctx)), overlap=_overlap(ctx))
@@ -105,6 +61,69 @@ def run(ctx: Context, step) -> tuple[list[Metric], list[str]]:
                     " in Triton's interpreter: times say nothing"))
     notes.append(f"copy {path.name} to sarathi_lab/tuned/ to make the engine use it on this device")
     return metrics, notes
+
+
+def _tune_attention(ctx: Context, timing: dict):
+    """Each work kind's best tiles and the fitted split rule; the sweep's rows in
+    tune_attention.csv."""
+    import pandas as pd
+
+    from sarathi_lab.measure.profiling.attention_sweep import (
+        fit_split_rule,
+        rule_label,
+        shapes,
+        sweep_kind,
+        tiles_label,
+    )
+
+    tiles, metrics, attention_rows = {}, [], []
+    for kind, cases in shapes(ctx.device).items():
+        best, kept, rows = sweep_kind(kind, cases, block_size=EngineConfig.block_size,
+                                      seconds_left=ctx.seconds_left, **timing)
+        tiles[kind] = best
+        attention_rows += rows
+        metrics += [Metric(f"attention_tiles[{kind}]", tiles_label(best)),
+                    Metric(f"attention_tuned_over_default[{kind}]", round(kept, 3), "x")]
+    rule, gain = fit_split_rule(attention_rows)
+    metrics += [Metric("split_rule", rule_label(rule)),
+                Metric("split_rule_fitted_over_default", round(gain, 3), "x")]
+    pd.DataFrame(attention_rows).to_csv(ctx.dir / "tune_attention.csv", index=False)
+    return tiles, rule, metrics
+
+
+def _tune_gemm(ctx: Context, models, tokens, timing: dict):
+    """Each model's projections' best GEMM per token count, while the call's time lasts; the
+    sweep's rows in tune_gemm.csv."""
+    import pandas as pd
+    import torch
+
+    from sarathi_lab.measure.profiling.gemm_sweep import label, projections, sweep
+
+    device = timing["device"]
+    num_sms = (torch.cuda.get_device_properties(device).multi_processor_count
+               if ctx.device == "cuda" else None)
+    gemm: dict[str, dict[int, object]] = {}
+    metrics, notes, gemm_rows, skipped = [], [], [], 0
+    for model in models:
+        for proj in projections(Shape.of(PRESETS[model])):
+            for m in tokens:
+                left = ctx.seconds_left()
+                if left is not None and left < GUARD_S:
+                    skipped += 1
+                    continue
+                best, rows = sweep(proj, m, num_sms=num_sms, **timing)
+                gemm.setdefault(proj.key, {})[m] = best
+                gemm_rows += [r | {"model": model} for r in rows]
+                by = {r["candidate"]: r.get("ms") for r in rows}
+                key = f"{model}.{proj.name},m={m}"
+                metrics += [Metric(f"gemm_choice[{key}]", label(best)),
+                            Metric(f"gemm_best_over_cublas[{key}]",
+                                   round(by[label(best)] / by["cublas"], 3), "x")]
+    pd.DataFrame(gemm_rows).to_csv(ctx.dir / "tune_gemm.csv", index=False)
+    if skipped:
+        notes.append(f"{skipped} GEMM shapes not swept: the call's "
+                     "time ran out (the table keeps cuBLAS there)")
+    return gemm, metrics, notes
 
 
 def _co_schedule(ctx: Context) -> list[dict]:
