@@ -461,17 +461,21 @@ def test_a_publish_failing_midway_leaves_every_file_of_its_set_as_it_was(tmp_pat
     assert not [name for name in after if ".writing-" in name]
 
 
+def _as_read_only(monkeypatch):
+    """Every folder as a read-only filesystem answers the writer's probe (a temporary file)."""
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(output_files.tempfile, "TemporaryFile", read_only)
+
+
 def test_a_read_only_docs_folder_is_refused_in_one_line_before_any_figure_is_drawn(tmp_path, monkeypatch, capsys):
     from sarathi_lab.analysis import publish, registry
 
     root, docs = _pd_ratio_root(tmp_path / "runs"), _docs(tmp_path)
     before, drawn = _snapshot(docs), []
     monkeypatch.setattr(registry, "draw", lambda *args: drawn.append(args))
-
-    def read_only(*args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system")
-
-    monkeypatch.setattr(output_files.tempfile, "TemporaryFile", read_only)
+    _as_read_only(monkeypatch)
     with pytest.raises(SystemExit) as exit_:
         publish.main(["--measured", str(root), "--docs", str(docs), "--force"])
     (line,) = capsys.readouterr().err.strip().splitlines()
@@ -564,11 +568,7 @@ def test_a_read_only_docs_folder_is_refused_by_capacity_docs_before_any_figure_i
     runs, docs = _searches(tmp_path / "runs"), _docs(tmp_path)
     before, drawn = _snapshot(docs), []
     monkeypatch.setattr(capacity_docs, "draw", lambda *args: drawn.append(args))
-
-    def read_only(*args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system")
-
-    monkeypatch.setattr(output_files.tempfile, "TemporaryFile", read_only)
+    _as_read_only(monkeypatch)
     with pytest.raises(SystemExit) as exit_:
         capacity_docs.main([*([str(runs)] if searched else []), "--docs", str(docs), "--force"])
     (line,) = capsys.readouterr().err.strip().splitlines()

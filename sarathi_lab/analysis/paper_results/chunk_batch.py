@@ -43,7 +43,11 @@ def run_gains(results) -> pd.DataFrame:
 
 def points(results) -> pd.DataFrame:
     """One gain per run point (its repeats' mean)."""
-    return run_gains(results).groupby(POINT, as_index=False).gain.mean()
+    return _means(run_gains(results))
+
+
+def _means(gains: pd.DataFrame) -> pd.DataFrame:
+    return gains.groupby(POINT, as_index=False).gain.mean()
 
 
 def judged(points_: pd.DataFrame) -> pd.DataFrame:
@@ -135,7 +139,8 @@ def figure(results, simulated=None):
     panels = []
     for (runs, title), colors in zip(figures.sources_of(results, simulated, "chunk_batch"),
                                      palettes):
-        every, each_run = points(runs), run_gains(runs)
+        each_run = run_gains(runs)
+        every = _means(each_run)
         swept = every.chunk_align.eq("tile").any()
         parts = ([("tile", judged(every)), ("none", every[every.chunk_align == "none"])] if swept
                  else [(None, every)])
