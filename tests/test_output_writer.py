@@ -261,9 +261,9 @@ def test_the_versus_vllm_figure_and_claims_are_written_together_or_refused_befor
 
 
 def test_the_chunk_alignment_table_is_refused_before_its_sweeps_where_it_cannot_be_written(tmp_path, monkeypatch):
-    from sarathi_lab.measure.sim_check import sim_chunk_align
+    from sarathi_lab.measure.sim_check import sensitivity, sim_chunk_align
 
-    monkeypatch.setattr(sim_chunk_align, "run_sims", lambda root: pytest.fail("swept"))
+    monkeypatch.setattr(sensitivity, "run_sweeps", lambda sweeps, root: pytest.fail("swept"))
     (tmp_path / "dir.csv").mkdir()
     line = _refused(sim_chunk_align.main, ["--out", str(tmp_path / "dir.csv")])
     assert line.startswith(f"error: --out={tmp_path / 'dir.csv'} is invalid: ") and "not a plain file" in line

@@ -40,6 +40,7 @@ GROUPS = (
         "sim_vs_gpu": "sarathi_lab.measure.sim_check.sim_vs_gpu:main",
         "floor_claims": "sarathi_lab.measure.sim_check.floor_claims:main",
         "sim_chunk_align": "sarathi_lab.measure.sim_check.sim_chunk_align:main",
+        "sim_chunk_pd": "sarathi_lab.measure.sim_check.sim_chunk_pd:main",
     }, interruptible=True),
     Group("simulator inputs and pages", {
         "calibration": "sarathi_lab.measure.sim_check.calibration_cli:main",

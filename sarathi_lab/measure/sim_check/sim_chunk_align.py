@@ -6,39 +6,22 @@ both, unless --runs names a results root that holds them (python -m sarathi_lab.
 orca_compare --sim)."""
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import pandas as pd
 
-from sarathi_lab import cli_args, output_files, provenance
 from sarathi_lab.analysis import derive
 from sarathi_lab.analysis.paper_results import orca_compare, pd_ratio
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.config import REPO_ROOT
-from sarathi_lab.harness.cli_check import compose_config
-from sarathi_lab.harness.compose import run_as_command
-from sarathi_lab.harness.results import simulated_source
+from sarathi_lab.measure.sim_check import sensitivity
+from sarathi_lab.measure.sim_check.sensitivity import Sweep, Table
 
 EXPERIMENTS = ("pd_ratio", "orca_compare")
-OUT = REPO_ROOT / "docs" / "sim" / "chunk_align_sensitivity.csv"
-WRITER = "python -m sarathi_lab.measure sim_chunk_align"
 ALIGNMENTS = {"none": "fixed", "tile": "tile_aligned"}
 
 
-def planned_source() -> str:
-    """Where the sweeps' numbers will come from, as their runs will say (before any runs)."""
-    engines = [compose_config([f"experiment=sim/{name}"]).engine for name in EXPERIMENTS]
-    return " / ".join(sorted({simulated_source(e.sim_device, e.sim_cost_model) for e in engines}))
-
-
-def run_sims(root: Path) -> None:
-    """The two simulated sweeps into ``root``, laid out as produce --sim lays them."""
-    for name in EXPERIMENTS:
-        sweep = root / name / "multiruns" / "full-chunk_align"
-        if run_as_command(["-m", f"experiment=sim/{name}", f"hydra.sweep.dir={sweep}"], quiet=True):
-            raise SystemExit(f"error: experiment=sim/{name} failed "
-                             f"(see {sweep}/sweep_summary.json)")
+def sweeps() -> list[Sweep]:
+    """Both experiments' sim variants as they are: each sweeps both alignments."""
+    return [Sweep(name, "full-chunk_align") for name in EXPERIMENTS]
 
 
 def pd_ratio_rows(results: Results) -> list[dict]:
@@ -97,45 +80,12 @@ def table(results: Results) -> pd.DataFrame:
     return pd.DataFrame(pd_ratio_rows(results) + orca_compare_rows(results), columns=columns)
 
 
-def _outputs(p: cli_args.Parser, args, source: str) -> output_files.Outputs:
-    """--out's table, checked: another command's is replaced only with --force."""
-    made = provenance.Provenance(source, scale="full", writer=WRITER)
-    out = output_files.Outputs(args.out.parent, {args.out.name: made}, given=f"--out={args.out}",
-                               force=args.force,
-                               how="--force replaces it; --out FILE writes elsewhere")
-    try:
-        out.check()
-    except ValueError as e:
-        p.error(str(e))
-    return out
+TABLE = Table(
+    writer="python -m sarathi_lab.measure sim_chunk_align", description=__doc__.split("\n\n")[0],
+    out=REPO_ROOT / "docs" / "sim" / "chunk_align_sensitivity.csv", sweeps=sweeps, rows=table,
+    heading="How far each headline moves with the chunk alignment "
+            "(moves: tile-aligned minus fixed)")
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    p = cli_args.Parser(prog=WRITER, description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=Path, help="a results root holding both simulated sweeps "
-                                             "(default: run them into a temporary folder)")
-    cli_args.shared(p, out="the table (.csv)", out_default=OUT,
-                    force="replace a table another command wrote")
-    args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="sim_chunk_align-") as scratch:
-        root = args.runs or Path(scratch)
-        if args.runs is None:
-            _outputs(p, args, planned_source())  # before the sweeps, on the source they record
-            run_sims(root)
-        results = Results(root)
-        if missing := [n for n in EXPERIMENTS if n in results.missing()]:
-            p.error(f"--runs={root} is invalid: it holds no finished run of {', '.join(missing)}")
-        source = " / ".join(sorted({results.source(n) for n in EXPERIMENTS}))
-        out = _outputs(p, args, source)
-        found = table(results)
-    pd.set_option("display.width", 160)
-    print(f"How far each headline moves with the chunk alignment ({source}; moves: tile-aligned "
-          "minus fixed):")
-    print(found.round(3).to_string(index=False))
-    out.add(args.out.name, found.to_csv(index=False, float_format="%.4g"))
-    try:
-        out.write()
-    except ValueError as e:
-        p.error(str(e))
-    return found
-
+    return sensitivity.main(TABLE, argv)
