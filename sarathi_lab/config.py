@@ -118,18 +118,7 @@ class EngineConfig:
             raise ConfigError(setting, getattr(self, setting),
                               "is invalid with " + Key("executor", self.executor) + f": {why}",
                               allowed)
-        if self.kind.simulated:
-            cost = Key("sim_cost_model", "profile")
-            if self.sim_pp > 1 and self.sim_cost_model == "profile":
-                raise ConfigError("sim_pp", self.sim_pp,
-                                  "is invalid with " + cost + ": a profile times the whole "
-                                  "model's layers, not a stage's",
-                                  "1, or " + Key("sim_cost_model") + "=calibrated or roofline")
-            if self.sim_tp > 1 and self.sim_cost_model == "profile" and self.sim_device == "cpu":
-                raise ConfigError("sim_tp", self.sim_tp,
-                                  "is invalid with " + cost + " on " + Key("sim_device", "cpu")
-                                  + ": a profile times one device",
-                                  "1, or " + Key("sim_cost_model") + "=roofline")
+        self.kind.check_settings(self)
         if self.world_size > 1 and self.overlap != "none":
             raise ConfigError("overlap", self.overlap,
                               f"is invalid with {self.world_size} ranks ("

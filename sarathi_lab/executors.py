@@ -1,7 +1,8 @@
 """What runs a batch (``engine.executor``), registered with its capabilities as class attributes:
 settings it cannot honour are refused before any work, and nothing outside this registry compares an
-executor's name. Each kind also names how it is planned, built and recorded, and callers ask it
-(``build(plan)``, ``kind.plan(...)``, ``kind.record(...)``) rather than branch on what it is.
+executor's name. Each kind also names how it is planned, built, warmed up and recorded, and callers
+ask it (``build(plan)``, ``kind.plan(...)``, ``kind.warm_up(llm)``, ``kind.record(...)``) rather than
+branch on what it is.
 Torch-free: the config checks against it."""
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ class ExecutorKind:
     batches: ClassVar[str | None] = "sarathi_lab.llm:model_batches"
     recorder: ClassVar[str] = "sarathi_lab.harness.environment:measured_record"  # (engine, device)
     budgeter: ClassVar[str] = "sarathi_lab.harness.budget:measured_budget"      # (engine) -> source
+    # Steps only some kinds take (our model's), named the same way; None: the kind takes none.
+    preparer: ClassVar[str | None] = None      # (plan) -> None: loads, before its run is marked running
+    sharer: ClassVar[str | None] = None        # (run config) -> the process's engine parts it takes over
+    warmer: ClassVar[str | None] = None        # (llm) -> the throwaway request it ran before the records
+    parts_built: ClassVar[str | None] = None   # (llm) -> {part: built, reused...} of its set-up
+    timing_check: ClassVar[str | None] = None  # (llm) -> why its times are unreliable whatever the load
+    # The devices whose runs of it the simulator's own devices were measured from: where a sweep's
+    # estimate of its seconds ahead may ask the simulator.
+    simulator_times_on: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def stages(cls, engine: Any) -> int:
@@ -61,10 +71,47 @@ class ExecutorKind:
         return _target(cls.planner)(cfg, limits)
 
     @classmethod
+    def check_settings(cls, engine: Any) -> None:
+        """Refuses, in one line, settings of its own that cannot go together (its capabilities refuse
+        the others' settings: ``unhonoured``)."""
+
+    @classmethod
     def check_plan(cls, plan: Any) -> None:
         """Refuses, before any work, a plan this kind's engine cannot serve here."""
-        if cls.plan_check is not None:
-            _target(cls.plan_check)(plan)
+        _step(cls.plan_check, plan)
+
+    @classmethod
+    def prepare(cls, plan: Any) -> None:
+        """Loads what its engine needs (our kernels' library) before the run says it is running."""
+        _step(cls.preparer, plan)
+
+    @classmethod
+    def shared_parts(cls, cfg: Any) -> Any:
+        """The engine parts an earlier run of this process left, for its engine to take over; None:
+        it takes none (it builds no model of ours, or builds its own)."""
+        return _step(cls.sharer, cfg)
+
+    @classmethod
+    def warm_up(cls, llm: Any) -> dict[str, int] | None:
+        """Runs a throwaway request so that first-call costs stay out of the records; its shape, or
+        None where it ran none."""
+        return _step(cls.warmer, llm)
+
+    @classmethod
+    def parts(cls, llm: Any) -> dict[str, str]:
+        """The parts its engine's set-up built or reused (a run records them); none of ours: {}."""
+        return {} if cls.parts_built is None else _target(cls.parts_built)(llm)
+
+    @classmethod
+    def simulator_times(cls, device: str) -> bool:
+        """Whether the simulator's ``device`` was measured from its runs there, so that the simulator
+        can stand in for them (a sweep's first estimate of their seconds)."""
+        return device in cls.simulator_times_on
+
+    @classmethod
+    def timing_caveat(cls, llm: Any) -> str | None:
+        """Why its times are unreliable whatever the machine's load; None: only the load can say."""
+        return _step(cls.timing_check, llm)
 
     @classmethod
     def build_batches(cls, llm: Any, scheduler: Any) -> tuple[Any, Any]:
@@ -87,6 +134,11 @@ def _target(name: str) -> Any:
     for attribute in attributes.split("."):
         found = getattr(found, attribute)
     return found
+
+
+def _step(name: str | None, *args: Any) -> Any:
+    """A step a kind names, taken; None where it names none."""
+    return None if name is None else _target(name)(*args)
 
 
 def build(plan: Any, shared: Any = None) -> Any:
@@ -116,6 +168,12 @@ def recorded_as(name: Any, attribute: str) -> bool:
     return isinstance(name, str) and name in _REGISTRY and bool(getattr(_REGISTRY[name], attribute))
 
 
+def recorded_label(name: Any) -> str | None:
+    """The engine whose numbers a recorded run holds, where another's ('vLLM'); None: ours, or an
+    unknown name or a gap in the records."""
+    return _REGISTRY[name].engine_label if recorded_as(name, "engine_label") else None
+
+
 def executor_class(name: str) -> type[ExecutorKind]:
     return _REGISTRY[name]
 
@@ -125,6 +183,13 @@ class RealModel(ExecutorKind):
     noun = "the engine"
     runs_model = True
     tensor_parallel = pipeline_parallel = True
+    preparer = "sarathi_lab.harness.runner:load_kernels"
+    sharer = "sarathi_lab.harness.runner:shared_engine"
+    warmer = "sarathi_lab.llm:warm_up"
+    parts_built = "sarathi_lab.llm:model_parts"
+    timing_check = "sarathi_lab.llm:interpreted_times"
+    # The simulator's CPU device: ceilings measured of our model on this CPU.
+    simulator_times_on = ("cpu",)
 
 
 @register_executor("sim")
@@ -144,6 +209,21 @@ class Simulator(ExecutorKind):
     # A simulation's objects live to its end and make few cycles: fewer collections, and none of
     # their pauses lands in a virtual clock's times.
     gc_gen0_threshold = 50_000
+
+    @classmethod
+    def check_settings(cls, engine: Any) -> None:
+        """Its cost model against its stages and devices: a profile times one device's whole model."""
+        cost = Key("sim_cost_model", "profile")
+        if engine.sim_pp > 1 and engine.sim_cost_model == "profile":
+            raise ConfigError("sim_pp", engine.sim_pp,
+                              "is invalid with " + cost + ": a profile times the whole "
+                              "model's layers, not a stage's",
+                              "1, or " + Key("sim_cost_model") + "=calibrated or roofline")
+        if engine.sim_tp > 1 and engine.sim_cost_model == "profile" and engine.sim_device == "cpu":
+            raise ConfigError("sim_tp", engine.sim_tp,
+                              "is invalid with " + cost + " on " + Key("sim_device", "cpu")
+                              + ": a profile times one device",
+                              "1, or " + Key("sim_cost_model") + "=roofline")
 
 
 @register_executor("vllm")

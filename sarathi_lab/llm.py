@@ -83,19 +83,11 @@ class LLM:
         self._next_id = 0
         # One generate call at a time (another thread's, a callback's): the queues are one caller's.
         self._call_lock = threading.Lock()
-        warm = self._warm_up() if cfg.warmup_iters and kind.runs_model else None
+        warm = kind.warm_up(self)
         # What a run records of its engine's set-up: the parts built or reused (a shared engine's),
         # the seconds it took, the warm-up request it ran and discarded.
-        self.setup = {"parts": self._parts(), "seconds": round(time.perf_counter() - start, 3),
+        self.setup = {"parts": kind.parts(self), "seconds": round(time.perf_counter() - start, 3),
                       "warmup": warm}
-
-    def _parts(self) -> dict[str, str]:
-        if not self.kind.runs_model:
-            return {}
-        if self._shared is not None and self.config.world_size == 1:
-            return dict(self._shared.parts)
-        return {"model": "built", "kv_cache": "built"} | (
-            {"cuda_graphs": "captured"} if self.cuda_graphs else {})
 
     def _build_model_executor(self, largest_tokens: int) -> tuple[ModelExecutor, WallClock]:
         # Imported here: a simulated engine builds no model, and loads none of what builds one.
@@ -274,22 +266,40 @@ class LLM:
             raise ValueError(f"prompts[{i}] ({len(prompt)} tokens) with "
                              f"max_new_tokens={max_new_tokens} {reason}")
 
-    def _warm_up(self) -> dict[str, int]:
-        """A throwaway request, so that first-call costs stay out of the records; its shape."""
-        # No longer than a request admitted alone beside the watermark.
-        warm = self.config.warmup_iters
-        length = max(1, min(self.config.chunk_size, self.max_model_len - warm, 256,
-                            self.block_manager.admissible_tokens - warm))
-        self.generate([[0] * length], max_new_tokens=self.config.warmup_iters,
-                      sampling=SamplingParams(ignore_eos=True))
-        ran = len(self.metrics.iterations)
-        self.metrics = Metrics()
-        return {"iterations": ran, "prompt_tokens": length, "new_tokens": warm}
 
-
+# The model executor's steps (executors.py's registry names them): our model's forwards, timed.
 def model_batches(llm: LLM, scheduler: Scheduler) -> tuple[ModelExecutor | ParallelExecutor, WallClock]:
-    """The model executor's (executor.py's registry names it): our model's forwards, timed."""
     return llm._build_model_executor(largest_iteration_tokens(scheduler))
+
+
+def warm_up(llm: LLM) -> dict[str, int] | None:
+    """A throwaway request, so that first-call costs stay out of the records; its shape (None:
+    ``warmup_iters=0``)."""
+    warm = llm.config.warmup_iters
+    if not warm:
+        return None
+    # No longer than a request admitted alone beside the watermark.
+    length = max(1, min(llm.config.chunk_size, llm.max_model_len - warm, 256,
+                        llm.block_manager.admissible_tokens - warm))
+    llm.generate([[0] * length], max_new_tokens=warm, sampling=SamplingParams(ignore_eos=True))
+    ran = len(llm.metrics.iterations)
+    llm.metrics = Metrics()
+    return {"iterations": ran, "prompt_tokens": length, "new_tokens": warm}
+
+
+def model_parts(llm: LLM) -> dict[str, str]:
+    """Built here, or taken over from the process's shared engine (by a run on one rank)."""
+    if llm._shared is not None and llm.config.world_size == 1:
+        return dict(llm._shared.parts)
+    return {"model": "built", "kv_cache": "built"} | (
+        {"cuda_graphs": "captured"} if llm.cuda_graphs else {})
+
+
+def interpreted_times(llm: LLM) -> str | None:
+    """Why its times are not its kernels' whatever the load: our attention on an interpreter."""
+    from sarathi_lab.attention.backend import interpreted
+
+    return interpreted(llm.config.attention, llm.device)
 
 
 def simulated_batches(llm: LLM, scheduler: Scheduler) -> tuple[Executor, VirtualClock]:

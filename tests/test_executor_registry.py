@@ -11,10 +11,12 @@ import pytest
 from sarathi_lab.config import ENGINE_DEFAULTS, ConfigError, EngineConfig, named_as
 from sarathi_lab.executors import (
     CAPABILITIES,
+    ExecutorKind,
     _takes,
     executor_class,
     executor_names,
     recorded_as,
+    recorded_label,
     task_refusal,
 )
 from sarathi_lab.harness.schema import RUN_KEYS
@@ -91,6 +93,8 @@ def test_a_recorded_executor_reads_by_its_capabilities_and_an_unknown_one_has_no
     assert not recorded_as(None, "simulated") and not recorded_as(float("nan"), "simulated")
     assert not recorded_as(["sim"], "simulated")  # a damaged record: no capability, no crash
     assert recorded_as("vllm", "engine_label") and not recorded_as("nonesuch", "runs_model")
+    assert recorded_label("vllm") == "vLLM" and recorded_label("model") is None
+    assert recorded_label(None) is None and recorded_label("nonesuch") is None
 
 
 def test_the_record_states_the_layout_that_ran(monkeypatch):
@@ -103,18 +107,19 @@ def test_the_record_states_the_layout_that_ran(monkeypatch):
     assert "tensor_parallel" not in whole and "pipeline_parallel" not in whole  # one device: vLLM splits nothing
 
 
-# What a kind is, read outside the registry: each site decides a step of its own caller (above the
-# registry, so not a step the registry could take) from what the kind needs, or labels a recorded run.
-FLAG = re.compile(r"(kind|executor_class\([^)]*\))\.(simulated|batches|runs_model|samples|engine_label)\b")
-FLAG_READS = {
-    "harness/run_recorder.py": 1,  # runs_model: our attention's interpreted kernels make its times unreliable
-    "harness/runner.py": 2,        # runs_model: our CPU kernels loaded before `running`; a shared engine's parts
-    "llm.py": 2,                   # runs_model: the warm-up and the set-up's parts of our model
-    "config.py": 1,                # simulated: the simulator's own settings, checked together
-    "harness/results.py": 1,       # engine_label: a recorded run of another engine says which
-    "harness/sweep_sim_eta.py": 1,  # runs_model: our model's run on this CPU, what the simulator's CPU device times
+# A kind's attributes (what it is, honours, names), not its methods: outside the registry a kind is asked
+# (kind.warm_up(llm), kind.prepare(plan), kind.check_settings(cfg), kind.timing_caveat(llm)...), and of
+# what it is only what it describes is read, passed on as it is, never branched on.
+ATTRIBUTES = sorted(a for a in {*vars(ExecutorKind), *ExecutorKind.__annotations__}
+                    if not a.startswith("_") and not callable(getattr(ExecutorKind, a, None)))
+FLAG = re.compile(r"(kind|executor_class\([^)]*\))\.(" + "|".join(ATTRIBUTES) + r")\b")
+DESCRIBED = {  # attribute: where it is passed on as it is
+    "noun": {"harness/cli_check.py": 1},          # a message's words for it
+    "tags": {"harness/run_recorder.py": 1},       # its runs' W&B tags
+    "load_record": {"harness/run_recorder.py": 1},  # what its records say of the machine's load
+    "gc_gen0_threshold": {"run.py": 1},           # the collector's threshold its runs run under
 }
-RECORD_READS = {  # recorded_as: a recorded run's executor labels its numbers (predicted or measured)
+RECORD_READS = {  # recorded_as/_label: a recorded run's executor labels its numbers (predicted, measured, whose)
     "harness/results.py": 2, "harness/sweep.py": 1, "analysis/capacity.py": 1, "analysis/capacity_docs.py": 2,
     "analysis/claims.py": 1, "analysis/publish.py": 1, "analysis/runs.py": 3,
     "analysis/paper_results/decode_speedup.py": 1, "analysis/paper_results/pd_ratio.py": 1,
@@ -130,11 +135,29 @@ def _sites(pattern: re.Pattern) -> dict[str, int]:
     return found
 
 
-def test_callers_ask_the_kind_and_read_what_it_is_only_where_listed():
-    """Built, planned, checked and recorded by the kind (executors.build, kind.plan, kind.record...),
-    not by branches on what it is; a new read must say here why the kind cannot decide it."""
-    assert _sites(FLAG) == FLAG_READS
-    assert _sites(re.compile(r"recorded_as\(")) == RECORD_READS
+def _attribute_reads() -> dict[str, dict[str, int]]:
+    found: dict[str, dict[str, int]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "executors.py":
+            for _, attribute in FLAG.findall(path.read_text()):
+                sites = found.setdefault(attribute, {})
+                where = path.relative_to(PACKAGE).as_posix()
+                sites[where] = sites.get(where, 0) + 1
+    return found
+
+
+def test_callers_ask_the_kind_and_read_only_what_it_describes():
+    """Built, planned, checked, warmed up and recorded by the kind (executors.build, kind.plan,
+    kind.warm_up, kind.record...), not by branches on what it is: no flag, capability or step of a kind
+    is read outside the registry, and a described value only where listed."""
+    assert _attribute_reads() == DESCRIBED
+    assert _sites(re.compile(r"recorded_(as|label)\(")) == RECORD_READS
+
+
+@pytest.mark.parametrize("line", ["if kind.runs_model:", "cfg.engine.kind.simulated and x",
+                                  "executor_class(name).engine_label", "if self.kind.warmer is None:"])
+def test_a_flag_read_outside_the_registry_is_seen(line):
+    assert FLAG.search(line) and FLAG.search(line).group(2) not in DESCRIBED
 
 
 def test_every_kind_names_callables_that_exist():
@@ -142,8 +165,8 @@ def test_every_kind_names_callables_that_exist():
 
     for name in executor_names():
         kind = executor_class(name)
-        for target in (kind.planner, kind.plan_check, kind.engine, kind.batches, kind.recorder, kind.budgeter):
-            if target is not None:
+        for target in (getattr(kind, a) for a in ATTRIBUTES):  # "module:callable": a step it takes
+            if isinstance(target, str) and ":" in target:
                 module, _, attributes = target.partition(":")
                 found = importlib.import_module(module)
                 for attribute in attributes.split("."):
@@ -164,3 +187,29 @@ def test_the_registry_builds_each_of_our_kinds_and_plans_each_as_it_names():
     model = build(plan_engine(EngineConfig(**small)))
     assert isinstance(model, LLM) and model.plan.device.type == "cpu" and model.setup["parts"]["model"] == "built"
     assert model.generate([[1, 2, 3]], 2) == LLM(**small).generate([[1, 2, 3]], 2)
+
+
+def test_the_steps_of_our_model_are_its_own_and_the_other_kinds_take_none(monkeypatch):
+    """What LLM, the runner, the recorder and a sweep's estimate ask each kind, stood in for."""
+    from types import SimpleNamespace as Stub
+
+    import torch
+    from sarathi_kernels import cpu_build
+
+    for name in ("sim", "vllm"):
+        kind = executor_class(name)
+        assert kind.prepare(None) is None and kind.shared_parts(None) is None and kind.warm_up(None) is None
+        assert kind.parts(None) == {} and kind.timing_caveat(None) is None and not kind.simulator_times("cpu")
+    model = executor_class("model")
+    loaded = []
+    monkeypatch.setattr(cpu_build, "library", loaded.append)
+    for device in ("cpu", "cuda"):
+        model.prepare(Stub(host=Stub(device_type=device)))
+    assert loaded == [cpu_build.KERNELS, cpu_build.PLANNER]  # a GPU run plans its attention on the host
+    assert model.simulator_times("cpu") and not model.simulator_times("cuda")
+
+    def llm(attention):
+        return Stub(config=Stub(attention=attention), device=torch.device("cpu"))
+
+    assert "Triton's interpreter" in model.timing_caveat(llm("triton"))
+    assert model.timing_caveat(llm("torch")) is None

@@ -182,17 +182,19 @@ def test_a_runs_engine_is_shared_unless_switched_off(monkeypatch):
     from sarathi_lab.harness.schema import parse_config
     from sarathi_lab.model.shared_engine import SHARED
 
-    def cfg(*overrides):
-        return parse_config(compose_config(["model=tiny", "logger=none", *overrides]))
+    def shared(*overrides):  # as the runner asks the run's executor kind
+        cfg = parse_config(compose_config(["model=tiny", "logger=none", *overrides]))
+        return cfg.engine.kind.shared_parts(cfg)
 
     monkeypatch.delenv(runner.SHARE_ENGINE_ENV, raising=False)
-    assert runner.shared_engine(cfg()) is SHARED
-    assert runner.shared_engine(cfg("executor=sim")) is None  # builds no model
+    assert shared() is SHARED
+    assert shared("executor=sim") is None  # builds no model
     monkeypatch.setenv(runner.SHARE_ENGINE_ENV, "false")
-    assert runner.shared_engine(cfg()) is None
+    assert shared() is None
     monkeypatch.setenv(runner.SHARE_ENGINE_ENV, "sometimes")
     with pytest.raises(Exception, match="SARATHI_SHARE_ENGINE='sometimes' is invalid"):
-        runner.shared_engine(cfg())
+        shared()
+    assert shared("executor=sim") is None  # nor reads the switch
 
 
 def test_graphs_are_captured_once_per_set_of_shapes_and_replay_a_fresh_engines_tokens(monkeypatch):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from sarathi_lab.engine.metrics import ITERATION_COLUMNS, REQUEST_COLUMNS
-from sarathi_lab.executors import executor_class, recorded_as
+from sarathi_lab.executors import recorded_as, recorded_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -270,10 +270,9 @@ def run_source(executor: Mapping[str, Any], device: str | None) -> str:
                                 str(executor.get("sim_cost_model", "unrecorded")),
                                 executor.get("sim_tp") or 1, executor.get("sim_pp") or 1)
     measured = "measured GPU" if str(device or "").startswith("cuda") else "measured CPU"
-    if recorded_as(executor.get("executor"), "engine_label"):
+    if label := recorded_label(executor.get("executor")):
         # Another engine's numbers must not read as this one's.
         version = executor.get("vllm_version")
-        label = executor_class(executor["executor"]).engine_label
         return f"{measured}, {label}" + (f" {version}" if version else "")
     return measured
 

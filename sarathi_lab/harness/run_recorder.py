@@ -86,12 +86,9 @@ class RunRecorder:
         machine = load.assess(self.before, load.snapshot()) | self.cfg.engine.kind.load_record
         if machine["timing_note"]:
             log.warning("%s", machine["timing_note"])
-        if self.cfg.engine.kind.runs_model:
-            from sarathi_lab.attention.backend import interpreted
-
-            if why := interpreted(self.llm.config.attention, self.llm.device):
-                # Whatever the load: the times are the interpreter's, not the engine's.
-                machine |= {"timing_unreliable": True, "timing_note": why}
+        if why := self.cfg.engine.kind.timing_caveat(self.llm):
+            # Whatever the load: the times are not the engine's (an interpreter's, say).
+            machine |= {"timing_unreliable": True, "timing_note": why}
         return machine
 
 

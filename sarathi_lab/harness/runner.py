@@ -137,29 +137,31 @@ def _open_run_dir(ctx: RunContext, finished: bool, plan: EnginePlan) -> None:
         (ctx.status_dir / ".hydra").mkdir(exist_ok=True)
         for name, node in ctx.hydra_record.items():
             OmegaConf.save(node, ctx.status_dir / ".hydra" / name)
-    if plan.config.kind.runs_model:
-        # Before `running`: a library killing the process as it loads leaves no live-looking run.
-        # A GPU run plans its attention work on the host; a CPU run computes on it.
-        on_cpu = plan.host.device_type == "cpu"
-        cpu_build.library(cpu_build.KERNELS if on_cpu else cpu_build.PLANNER)
+    # Before `running`: a library killing the process as it loads leaves no live-looking run.
+    plan.config.kind.prepare(plan)
     write_status(ctx.status_dir, "running")
 
 
+def load_kernels(plan: EnginePlan) -> None:
+    """Our model's library of CPU kernels (the model kind's step before `running`): a GPU run plans
+    its attention work on the host; a CPU run computes on it."""
+    on_cpu = plan.host.device_type == "cpu"
+    cpu_build.library(cpu_build.KERNELS if on_cpu else cpu_build.PLANNER)
+
+
 def _build_llm(cfg: RunConfig, checked: Checked) -> LLM | VllmLLM:
-    llm = build(checked.plan, shared_engine(cfg))
+    llm = build(checked.plan, cfg.engine.kind.shared_parts(cfg))
     if isinstance(llm, LLM):  # our scheduler's reserves; vLLM's engine says what it records
         _warn_on_kv_limits(llm, checked.workload, cfg)
     return llm
 
 
 def shared_engine(cfg: RunConfig) -> SharedEngine | None:
-    """The process's engine parts, which a sweep's jobs share (SARATHI_SHARE_ENGINE=false: each
-    job builds its own); an engine that cannot take them (parallel ranks, vLLM's) frees them, since
-    its plan counted their memory as free. None also for a simulated run: it builds no model."""
+    """The process's engine parts, which a sweep's jobs of our model share (the model kind's
+    ``shared_parts``; SARATHI_SHARE_ENGINE=false: each job builds its own); an engine of ours that
+    cannot take them (parallel ranks) frees them, since its plan counted their memory as free."""
     from sarathi_lab.model.shared_engine import SHARED
 
-    if not cfg.engine.kind.runs_model:
-        return None
     try:
         share = env_flag(SHARE_ENGINE_ENV, default=True)
     except EnvFlagError as e:

@@ -45,8 +45,8 @@ def simulated(config: DictConfig, overrides: list[list[str]], jobs: list[sweep_e
 
 
 def _ours_on_this_cpu(cfg: Any) -> bool:
-    """A serving job our engine runs on this CPU: what the simulator's CPU device times."""
-    return (cfg is not None and cfg.task == "serve" and cfg.engine.kind.runs_model
+    """A serving job on this CPU of a kind the simulator's CPU device times (our engine's)."""
+    return (cfg is not None and cfg.task == "serve" and cfg.engine.kind.simulator_times("cpu")
             and resolve_device(cfg.device.name) == "cpu")
 
 
