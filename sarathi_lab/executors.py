@@ -238,6 +238,9 @@ class Vllm(ExecutorKind):
     overlaps = ("none",)
     plan_check = "sarathi_lab.harness.vllm_args:check_vllm"
     engine = "sarathi_lab.harness.vllm_engine:VllmLLM.from_plan"
+    # It takes none of our parts, and sizes its cache by the device's free memory: an earlier job's
+    # kept model would be counted against it.
+    sharer = "sarathi_lab.harness.runner:release_shared"
     batches = None
     recorder = "sarathi_lab.harness.environment:vllm_record"
 

@@ -196,10 +196,16 @@ def test_the_steps_of_our_model_are_its_own_and_the_other_kinds_take_none(monkey
     import torch
     from sarathi_kernels import cpu_build
 
+    from sarathi_lab.model.shared_engine import SHARED
+
+    released = []
+    monkeypatch.setattr(SHARED, "release", lambda: released.append(True))
     for name in ("sim", "vllm"):
         kind = executor_class(name)
         assert kind.prepare(None) is None and kind.shared_parts(None) is None and kind.warm_up(None) is None
         assert kind.parts(None) == {} and kind.timing_caveat(None) is None and not kind.simulator_times("cpu")
+    # vLLM sizes its cache by the device's free memory: a kept model of an earlier job is freed.
+    assert released == [True]
     model = executor_class("model")
     loaded = []
     monkeypatch.setattr(cpu_build, "library", loaded.append)

@@ -172,6 +172,13 @@ def shared_engine(cfg: RunConfig) -> SharedEngine | None:
     return None
 
 
+def release_shared(cfg: RunConfig) -> None:
+    """Frees the process's engine parts for an engine that takes none of them (vLLM's)."""
+    from sarathi_lab.model.shared_engine import SHARED
+
+    SHARED.release()
+
+
 def _serve_and_summarize(cfg: RunConfig, llm: LLM | VllmLLM, workload: Workload,
                          recorder: RunRecorder
                          ) -> tuple[dict[str, float], dict[str, pa.Table], str]:
