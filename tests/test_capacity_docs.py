@@ -65,6 +65,17 @@ def test_the_cpu_table_has_the_simulated_columns_and_what_it_ran_on(tmp_path, do
     assert set(table.device_name) == {"Test CPU"} and set(table.executor) == {"model"}
 
 
+def test_the_cpu_tables_provenance_names_the_commit_its_searches_ran_at(tmp_path, docs):
+    runs = _searches(tmp_path / "runs")
+    for metrics in runs.rglob("metrics.json"):
+        record = json.loads(metrics.read_text())
+        record["environment"]["git_commit"] = "abcdef0123456789"
+        metrics.write_text(json.dumps(record))
+    capacity_docs.tabulate(runs, docs)
+    sidecar = json.loads((docs / "capacity" / "provenance.json").read_text())
+    assert sidecar[capacity_docs.CPU_CSV]["commit"] == "abcdef0"  # was "unrecorded" whatever the runs said
+
+
 def test_tabulating_simulated_searches_as_the_cpu_table_is_refused(tmp_path, docs):
     with pytest.raises(SystemExit, match="expected capacity searches of executor=model"):
         capacity_docs.tabulate(_searches(tmp_path / "runs", executor="sim"), docs)

@@ -93,7 +93,7 @@ def cpu_outputs(searches: pd.DataFrame, docs: str | Path, force: bool = False,
     """docs/capacity/cpu_capacity.csv's planned output, its table added (not yet written)."""
     prov = provenance.Provenance("measured CPU", "+".join(sorted(set(map(str, searches.scale)))),
                                  "+".join(sorted(set(map(str, searches.device_name)))),
-                                 commit=provenance.UNRECORDED,
+                                 commit=commit_of(searches) or provenance.UNRECORDED,
                                  writer="python -m sarathi_lab.measure capacity_docs")
     out = output_files.Outputs(Path(docs) / "capacity", {CPU_CSV: prov},
                                given=given or f"--docs={docs}", force=force,
