@@ -18,7 +18,7 @@ from sarathi_lab.harness import REPO_ROOT
 CAPACITIES = {("sarathi_serve", 0.45): 0.6, ("vllm", 0.45): 0.3, ("sarathi_serve", 2.25): 0.8, ("vllm", 2.25): 0.5}
 
 
-def _searches(root, executor="model"):
+def _searches(root, executor="model", experiment="capacity", commit=None):
     """One finished search per (scheduler, SLO), as task=capacity leaves it."""
     for i, ((scheduler, slo), qps) in enumerate(CAPACITIES.items()):
         run = root / str(i)
@@ -29,10 +29,11 @@ def _searches(root, executor="model"):
             "slo": {"tbt_p99_s": slo, "sched_delay_p50_s": 2.0}}))
         (run / "metrics.json").write_text(json.dumps({
             "config": {"scheduler": scheduler, "executor": executor, "model": "cpu-small", "scale": "full",
-                       "dtype": "bfloat16"},
+                       "dtype": "bfloat16", "experiment": experiment},
             "summary": {"capacity_rps": qps, "token_budget": 256 if scheduler == "sarathi_serve" else None},
             "overrides": [], "resolved_config": {},
-            "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False}
+            "environment": {"device_name": "Test CPU", "torch_threads": 2, "timing_unreliable": False,
+                            "git_commit": commit}
             | ({"sim_device": "h100", "sim_cost_model": "calibrated", "sim_tp": 1} if executor == "sim" else {})}))
     return root
 
@@ -149,3 +150,37 @@ def test_the_command_tabulates_a_multirun_and_redraws(tmp_path, docs):
     assert done.returncode == 0, done.stderr
     assert (docs / "capacity" / "cpu_capacity.csv").exists() and (docs / "figures" / "capacity.png").exists()
     assert "cpu_capacity.csv" in done.stdout
+
+
+def test_a_simulated_table_is_written_from_its_experiments_sweep_with_its_provenance(tmp_path, docs):
+    sweep = _searches(tmp_path / "yi", executor="sim", experiment="capacity_sim_yi34b", commit="0123456789abcdef")
+    before = (docs / "capacity" / capacity_docs.TP_CSV).read_text()
+    # The committed table has no provenance entry: replaced only when asked.
+    with pytest.raises(capacity_docs.output_files.OutputRefused, match="--force replaces it"):
+        capacity_docs.write(None, docs, sims=(sweep,))
+    assert (docs / "capacity" / capacity_docs.TP_CSV).read_text() == before
+    written = capacity_docs.write(None, docs, force=True, sims=(sweep,))
+    table = pd.read_csv(docs / "capacity" / capacity_docs.TP_CSV, dtype={"git_commit": str})
+    assert docs / "capacity" / capacity_docs.TP_CSV in written and len(table) == len(CAPACITIES)
+    assert set(table.sim_device) == {"h100"} and set(table.git_commit) == {"0123456789abcdef"}
+    made = json.loads((docs / "capacity" / "provenance.json").read_text())[capacity_docs.TP_CSV]
+    assert (made["source"], made["commit"]) == ("simulated H100 (calibrated), cpu-small", "0123456")
+    assert made["writer"] == "python -m sarathi_lab.measure capacity_docs --sim"
+    # The claims rows read the new table: its commit, as the table records it.
+    claims = pd.read_csv(docs / "figures" / "claims.csv", keep_default_na=False, dtype=str)
+    assert "0123456" in set(claims[claims.source.str.contains(capacity_docs.TP_CSV)].commit)
+
+
+@pytest.mark.parametrize("experiment, executor, why", [
+    ("capacity_sim", "sim", "allowed: one sweep of capacity_sim_yi34b, capacity_sim_arxiv"),  # publish --sim's
+    ("capacity_sim_yi34b", "model", "expected capacity searches of executor=sim"),
+])
+def test_a_sweep_of_another_experiment_is_refused_in_one_line_before_anything_is_written(tmp_path, docs, experiment,
+                                                                                          executor, why):
+    sweep = _searches(tmp_path / "other", executor=executor, experiment=experiment)
+    listing = sorted(p.name for p in (docs / "capacity").iterdir())
+    done = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "capacity_docs", "--sim", str(sweep),
+                           "--docs", str(docs), "--force"], check=False, capture_output=True, text=True, cwd=tmp_path)
+    line = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and line.startswith(f"error: --sim={sweep} is invalid: ") and why in line, done.stderr
+    assert sorted(p.name for p in (docs / "capacity").iterdir()) == listing

@@ -4,13 +4,15 @@ table feeds which claim, with what provenance, is decided here; the claims, verd
 themselves are the capacity result's (analysis/paper_results/capacity.py).
 
     python -m sarathi_lab.measure capacity_docs MULTIRUN  # /tmp/cap/cpu: writes cpu_capacity.csv
+    python -m sarathi_lab.measure capacity_docs --sim SWEEP  # a simulated table (EXPERIMENT_TABLES)
     python -m sarathi_lab.measure capacity_docs           # redraws from the committed tables only
 
 Its files are written at once, or none of them (output_files.staged); a folder that cannot be
 written, or a CPU table of another provenance without --force, is refused before any is drawn.
 
 The simulated capacity_sim tables (one per cost model, SIM_TABLES) are written by
-``python -m sarathi_lab.measure publish --sim ROOT`` from a root's capacity sweep.
+``python -m sarathi_lab.measure publish --sim ROOT`` from a root's capacity sweep; the others, each
+its own experiment's (EXPERIMENT_TABLES), by --sim from that experiment's sweep.
 """
 from __future__ import annotations
 
@@ -34,6 +36,13 @@ SIM_CSV, TRADEOFF_CSV, CPU_CSV = "sim_capacity.csv", "sim_tradeoff.csv", "cpu_ca
 TP_CSV, TRACE_CSV = "sim_capacity_yi34b.csv", "sim_capacity_arxiv.csv"
 # experiment=capacity_sim's searches by each cost model (produce --sim runs it as sim/capacity).
 SIM_TABLES = {"roofline": SIM_CSV, "calibrated": "sim_capacity_uniform_calibrated.csv"}
+AZURE_CONV_CSV, AZURE_CODE_CSV = "sim_capacity_azure_conv.csv", "sim_capacity_azure_code.csv"
+# The simulated tables their own experiments make (python -m sarathi_lab.run -m experiment=NAME),
+# each written by --sim from that sweep.
+EXPERIMENT_TABLES = {"capacity_sim_yi34b": TP_CSV, "capacity_sim_arxiv": TRACE_CSV,
+                     "capacity_sim_azure_conv": AZURE_CONV_CSV,
+                     "capacity_sim_azure_code": AZURE_CODE_CSV}
+WRITER = "python -m sarathi_lab.measure capacity_docs"
 # The trace's lengths, which the table does not record.
 TRACE_LENGTHS = ", arxiv_summarization lengths"
 # What refresh writes under the docs folder, checked writable before the figures are drawn.
@@ -57,11 +66,12 @@ def read_table(path: Path) -> pd.DataFrame:
     return table
 
 
-def check_tables(docs: str | Path = DOCS) -> None:
-    """Every committed simulated table reads (predicted_by): refused before anything is written."""
+def check_tables(docs: str | Path = DOCS, replaced: frozenset[str] = frozenset()) -> None:
+    """Every committed simulated table reads (predicted_by), but those about to be ``replaced``:
+    refused before anything is written."""
     folder = Path(docs) / "capacity"
     for name in (SIM_CSV, TRADEOFF_CSV, TP_CSV, TRACE_CSV):
-        if (folder / name).is_file():
+        if name not in replaced and (folder / name).is_file():
             table = read_table(folder / name)
             predicted_by(table)
             if table.empty or "model" not in table or "scale" not in table:
@@ -94,11 +104,42 @@ def cpu_outputs(searches: pd.DataFrame, docs: str | Path, force: bool = False,
     prov = provenance.Provenance("measured CPU", "+".join(sorted(set(map(str, searches.scale)))),
                                  "+".join(sorted(set(map(str, searches.device_name)))),
                                  commit=commit_of(searches) or provenance.UNRECORDED,
-                                 writer="python -m sarathi_lab.measure capacity_docs")
+                                 writer=WRITER)
     out = output_files.Outputs(Path(docs) / "capacity", {CPU_CSV: prov},
                                given=given or f"--docs={docs}", force=force,
                                how="--force replaces it; --docs DIR writes into another folder")
     out.add(CPU_CSV, capacity.csv_text(capacity.compact(searches)))
+    return out
+
+
+def experiment_searches(sweep: str | Path) -> tuple[str, pd.DataFrame]:
+    """The simulated searches of one of EXPERIMENT_TABLES's sweeps, and the table they make."""
+    searches = capacity.load_searches(sweep)
+    if searches.empty or not all(recorded_as(name, "simulated") for name in searches.executor):
+        raise TableError(f"--sim={sweep} is invalid: expected capacity searches of executor=sim "
+                         f"(capacity.json), found {len(searches)} search(es) with executors "
+                         f"{sorted(set(searches.get('executor', [])))}")
+    names = sorted(set(map(str, searches.get("experiment", []))))
+    if len(names) != 1 or names[0] not in EXPERIMENT_TABLES:
+        raise TableError(f"--sim={sweep} is invalid: its searches are of experiment "
+                         f"{', '.join(names) or 'none recorded'}; allowed: one sweep of "
+                         f"{', '.join(EXPERIMENT_TABLES)}")
+    return EXPERIMENT_TABLES[names[0]], searches
+
+
+def sim_outputs(sweeps: list[tuple[str, pd.DataFrame]], docs: str | Path, force: bool = False,
+                given: str = "") -> output_files.Outputs:
+    """The simulated tables of experiment_searches's sweeps, planned (not yet written)."""
+    tables = {name: capacity.compact(searches) for name, searches in sweeps}
+    made = {name: provenance.Provenance(source(table), str(table.scale.iloc[0]),
+                                        commit=commit_of(table) or provenance.UNRECORDED,
+                                        writer=f"{WRITER} --sim")
+            for name, table in tables.items()}
+    out = output_files.Outputs(Path(docs) / "capacity", made, given=given or f"--docs={docs}",
+                               force=force,
+                               how="--force replaces it; --docs DIR writes into another folder")
+    for name, table in tables.items():
+        out.add(name, capacity.csv_text(table))
     return out
 
 
@@ -227,24 +268,31 @@ def refresh(docs: str | Path = DOCS, shown: str | Path | None = None) -> list[Pa
     return written
 
 
-def write(multirun: str | Path | None, docs: str | Path = DOCS,
-          force: bool = False) -> list[Path]:
-    """The CPU table from ``multirun`` (None: the committed one kept) and what refresh redraws,
-    all at once (a failure writes none); every refusal (TableError, OutputRefused) before the
-    figures are drawn."""
+def write(multirun: str | Path | None, docs: str | Path = DOCS, force: bool = False,
+          sims: tuple[str | Path, ...] = ()) -> list[Path]:
+    """The CPU table from ``multirun`` (None: the committed one kept), the simulated tables of
+    ``sims`` (EXPERIMENT_TABLES's sweeps) and what refresh redraws, all at once (a failure writes
+    none); every refusal (TableError, OutputRefused) before the figures are drawn."""
     docs = Path(docs)
     given = f"--docs={docs}"
-    check_tables(docs)
     searches = None if multirun is None else cpu_searches(multirun)
+    simulated = [experiment_searches(sweep) for sweep in sims]
+    if len({name for name, _ in simulated}) < len(simulated):
+        raise TableError(f"--sim is invalid: two sweeps of one experiment "
+                         f"({', '.join(map(str, sims))}); allowed: one sweep each")
+    check_tables(docs, frozenset(name for name, _ in simulated))
     if searches is not None:
         cpu_outputs(searches, docs, force, given).check()
-    sidecar = [] if searches is None else [f"capacity/{provenance.SIDECAR}"]
+    if simulated:
+        sim_outputs(simulated, docs, force, given).check()
+    sidecar = [] if searches is None and not simulated else [f"capacity/{provenance.SIDECAR}"]
     output_files.check_writable(docs, [*REFRESHED, *sidecar], given)
-    # refresh reads the CPU table written before it: both into a copy, written over at once.
+    # refresh reads the tables written before it: all into a copy, written over at once.
     with output_files.staged(docs, given) as stage:
         stage = stage.resolve()
-        # Whether it may replace the committed table was checked above, on the folder itself.
+        # Whether they may replace the committed tables was checked above, on the folder itself.
         written = [] if searches is None else cpu_outputs(searches, stage, True, given).write()
+        written += sim_outputs(simulated, stage, True, given).write() if simulated else []
         written += refresh(stage, docs)
     return [docs / path.relative_to(stage) for path in written]
 
@@ -257,10 +305,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="capacity searches on this CPU (experiment=capacity)")
     parser.add_argument("--docs", default=DOCS, type=Path,
                         help="the docs folder (default: the repository's)")
-    cli_args.shared(parser, force="replace the CPU capacity table already there")
+    parser.add_argument("--sim", action="append", default=[], metavar="SWEEP",
+                        help="a sweep of one of " + ", ".join(EXPERIMENT_TABLES)
+                             + ": its simulated table (repeatable)")
+    cli_args.shared(parser, force="replace a capacity table another command wrote")
     args = parser.parse_args(argv)
     try:
-        written = write(args.multirun, args.docs, args.force)
+        written = write(args.multirun, args.docs, args.force, tuple(args.sim))
     except (output_files.OutputRefused, TableError) as e:
         parser.error(str(e))
     print("\n".join(map(str, written)))
