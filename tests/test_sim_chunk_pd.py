@@ -4,6 +4,7 @@ are known; the committed table held to what the simulator gives at 1K; its write
 sweep runs."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -78,6 +79,11 @@ def test_the_committed_table_is_what_the_simulator_gives_at_1k(tmp_path):
     columns = ["verdict_pd", "at_verdict_pd", "own_pd", "at_own_pd"]  # the best reads P:D's not run here
     assert list(found.index) == list(committed.index)
     pd.testing.assert_frame_equal(found[columns], committed[columns], rtol=1e-3, check_dtype=False)
+    # Through the command, from those runs: the table says the commit they ran at.
+    sim_chunk_pd.main(["--runs", str(tmp_path), "--out", str(tmp_path / "table.csv")])
+    made = json.loads((tmp_path / "provenance.json").read_text())["table.csv"]
+    assert (made["source"], made["commit"]) == ("simulated A6000 (calibrated)", sensitivity.planned_commit())
+    assert made["commit"] not in ("", "unrecorded")
 
 
 def test_the_writer_refuses_a_table_another_command_wrote_before_running_anything(tmp_path):

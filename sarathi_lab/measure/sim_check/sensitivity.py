@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarathi_lab import cli_args, output_files, provenance
+from sarathi_lab import cli_args, code_commit, output_files, provenance
 from sarathi_lab.analysis.runs import Results
 from sarathi_lab.harness.cli_check import compose_config
 from sarathi_lab.harness.compose import run_as_command
@@ -58,9 +58,16 @@ def run_sweeps(sweeps: list[Sweep], root: Path) -> None:
                              f"(see {folder}/sweep_summary.json)")
 
 
-def _outputs(p: cli_args.Parser, table: Table, args, source: str) -> output_files.Outputs:
-    """--out's table, checked: another command's is replaced only with --force."""
-    made = provenance.Provenance(source, scale="full", writer=table.writer)
+def planned_commit() -> str:
+    """The commit the sweeps will record: this code's."""
+    return provenance.commits([code_commit.source_commit()[0]])
+
+
+def _outputs(p: cli_args.Parser, table: Table, args, source: str,
+             commit: str) -> output_files.Outputs:
+    """--out's table, checked: another command's, or another commit's, is replaced only with
+    --force."""
+    made = provenance.Provenance(source, scale="full", commit=commit, writer=table.writer)
     out = output_files.Outputs(args.out.parent, {args.out.name: made}, given=f"--out={args.out}",
                                force=args.force,
                                how="--force replaces it; --out FILE writes elsewhere")
@@ -81,14 +88,16 @@ def main(table: Table, argv: list[str] | None = None) -> pd.DataFrame:
     with tempfile.TemporaryDirectory(prefix="sensitivity-") as scratch:
         root = args.runs or Path(scratch)
         if args.runs is None:
-            _outputs(p, table, args, planned_source(table))  # before the sweeps, on their source
+            # Before the sweeps, on the source and commit they will record.
+            _outputs(p, table, args, planned_source(table), planned_commit())
             run_sweeps(table.sweeps(), root)
         results = Results(root)
         names = table.experiments()
         if missing := [n for n in names if n in results.missing()]:
             p.error(f"--runs={root} is invalid: it holds no finished run of {', '.join(missing)}")
         source = " / ".join(sorted({results.source(n) for n in names}))
-        out = _outputs(p, table, args, source)
+        out = _outputs(p, table, args, source,
+                       " / ".join(sorted({results.commits(n) for n in names})))
         found = table.rows(results)
     pd.set_option("display.width", 160)
     print(f"{table.heading} ({source}):")
