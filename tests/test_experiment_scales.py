@@ -130,7 +130,10 @@ NOT_AN_EXPERIMENT = {ROOT / "sarathi_lab" / "measure" / "gpu" / "steps" / "profi
                      ROOT / "sarathi_lab" / "measure" / "sim_check" / "rebuild.py",
                      # the sim-vs-GPU smoke's own points over the dry overlay (PaperResult.smoke_runs):
                      # what the smoke compares, not what the experiment runs at any scale.
-                     ROOT / "sarathi_lab" / "analysis" / "paper_results" / "pd_ratio.py"}
+                     ROOT / "sarathi_lab" / "analysis" / "paper_results" / "pd_ratio.py",
+                     # Fig. 13c's P:D sensitivity: a what-if grid over the sim overlay, each chunk's own
+                     # C / (B - 1) derived from the setups' B, not a scale the experiment runs at.
+                     ROOT / "sarathi_lab" / "measure" / "sim_check" / "sim_chunk_pd.py"}
 
 
 def test_no_python_module_writes_a_paper_experiment_s_overrides():
