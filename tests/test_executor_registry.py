@@ -120,7 +120,7 @@ DESCRIBED = {  # attribute: where it is passed on as it is
     "gc_gen0_threshold": {"run.py": 1},           # the collector's threshold its runs run under
 }
 RECORD_READS = {  # recorded_as/_label: a recorded run's executor labels its numbers (predicted, measured, whose)
-    "harness/results.py": 2, "harness/sweep.py": 1, "analysis/capacity.py": 1, "analysis/capacity_docs.py": 2,
+    "harness/results.py": 2, "harness/sweep.py": 1, "analysis/capacity.py": 1, "analysis/capacity_docs.py": 3,
     "analysis/claims.py": 1, "analysis/publish.py": 1, "analysis/runs.py": 3,
     "analysis/paper_results/decode_speedup.py": 1, "analysis/paper_results/pd_ratio.py": 1,
     "measure/sim_check/sim_vs_gpu.py": 1,
