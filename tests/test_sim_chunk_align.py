@@ -52,10 +52,12 @@ def test_each_headline_with_either_alignment_and_how_far_it_moves():
     assert 2048 not in set(table.seq_len)
 
 
-def test_the_writer_refuses_a_table_another_command_wrote_before_running_anything(tmp_path):
-    out = tmp_path / "chunk_align_sensitivity.csv"
+# The sensitivity tables' one writer (sim_check/sensitivity.py), through each command a user runs.
+@pytest.mark.parametrize("command", ["sim_chunk_align", "sim_chunk_pd"])
+def test_the_writer_refuses_a_table_another_command_wrote_before_running_anything(tmp_path, command):
+    out = tmp_path / "table.csv"
     out.write_text("x\n")
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "sim_chunk_align", "--out", str(out)],
+    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", command, "--out", str(out)],
                          check=False, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "unknown provenance" in run.stderr and "--force" in run.stderr
     assert out.read_text() == "x\n" and not list(tmp_path.glob("*/multiruns"))

@@ -1,12 +1,10 @@
 """Fig. 13c's P:D sensitivity table (python -m sarathi_lab.measure sim_chunk_pd): each claim's headline
 at the verdict's P:D, at its chunk's own C / (B - 1) and at its best, on hand-made summaries whose answers
-are known; the committed table held to what the simulator gives at 1K; its writer refusing before any
-sweep runs."""
+are known; the committed table held to what the simulator gives at 1K (its writer's refusals:
+test_sim_chunk_align.py, which runs both tables' commands)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -85,11 +83,3 @@ def test_the_committed_table_is_what_the_simulator_gives_at_1k(tmp_path):
     assert (made["source"], made["commit"]) == ("simulated A6000 (calibrated)", sensitivity.planned_commit())
     assert made["commit"] not in ("", "unrecorded")
 
-
-def test_the_writer_refuses_a_table_another_command_wrote_before_running_anything(tmp_path):
-    out = tmp_path / "chunk_batch_pd_sensitivity.csv"
-    out.write_text("x\n")
-    run = subprocess.run([sys.executable, "-m", "sarathi_lab.measure", "sim_chunk_pd", "--out", str(out)],
-                         check=False, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "unknown provenance" in run.stderr and "--force" in run.stderr
-    assert out.read_text() == "x\n" and not list(tmp_path.glob("*/multiruns"))
